@@ -1,0 +1,275 @@
+"""Events: the one vocabulary between the controller, the store and the faces.
+
+Reader threads turn raw node-log bytes into these with :class:`NodeLogParser`, which is
+pure (no I/O, no clock of its own) so every format it understands is tested from recorded
+text. The line formats come from torchrun itself: ``--tee 3`` with
+``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE`` (see :data:`PREFIX_TEMPLATE`) prefixes every
+worker line with its global and local rank; unprefixed lines are the torchrun agent's own.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+#: Given to torchrun; ``${rank}`` is the global rank, right also after an elastic restart.
+PREFIX_TEMPLATE = "[ddptui ${rank} ${local_rank}] "
+_PREFIX_RE = re.compile(r"\[ddptui (\d+) (\d+)\] ")
+METRIC_MARK = "@ddptui "
+
+
+class NodeStatus(StrEnum):
+    PENDING = "pending"
+    CONNECTING = "connecting"
+    UPLOADING = "uploading"
+    STARTING = "starting"
+    RUNNING = "running"
+    RESTARTING = "restarting"
+    EXITED = "exited"
+    FAILED = "failed"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    LOST = "lost"
+
+    @property
+    def finished(self) -> bool:
+        return self in _FINISHED
+
+
+_FINISHED = frozenset({NodeStatus.EXITED, NodeStatus.FAILED, NodeStatus.STOPPED})
+
+
+class Source(StrEnum):
+    WORKER = "worker"
+    AGENT = "agent"
+    NCCL = "nccl"
+    SSH = "ssh"
+
+
+class Level(StrEnum):
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    node: str
+    status: NodeStatus
+    time: float
+    detail: str = ""
+    pid: int | None = None
+    exit_code: int | None = None
+    attempt: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    node: str
+    text: str
+    time: float
+    source: Source = Source.WORKER
+    level: Level = Level.INFO
+    rank: int | None = None
+    local_rank: int | None = None
+    attempt: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """One ``@ddptui`` record; ``values`` holds every numeric field, ``extra`` the rest."""
+
+    node: str
+    rank: int
+    kind: str
+    step: int | None
+    values: dict[str, float]
+    time: float
+    attempt: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    node: str
+    rank: int | None
+    exit_code: int | None
+    signal: str | None
+    root_cause: str
+    time: float
+    local_rank: int | None = None
+    host: str | None = None
+    error_file: str | None = None
+    traceback: str = ""
+
+
+Event = NodeState | LogLine | Metric | Failure
+
+_GLOG_RE = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
+_GLOG_LEVEL = {"I": Level.INFO, "W": Level.WARNING, "E": Level.ERROR, "F": Level.ERROR}
+# host:pid:tid [dev] NCCL INFO|WARN ...  (NCCL_DEBUG=INFO output, as written by libnccl)
+_NCCL_RE = re.compile(r"^\S+:\d+:\d+ \[[^\]]*\] NCCL (INFO|WARN|TRACE|ERROR|VERSION)\b")
+_NCCL_LEVEL = {"WARN": Level.WARNING, "ERROR": Level.ERROR, "TRACE": Level.DEBUG}
+_ERROR_RE = re.compile(
+    r"Traceback \(most recent call last\)|^\s*\w*(Error|Exception)(: |$)|\bFAILED\b|"
+    r"^(\[rank\d+\]: )?\w+(Error|Exception): "
+)
+_WARN_RE = re.compile(r"\b(Warning|WARNING|warn(ing)?:)|^\[W\d")
+_RESTART_RE = re.compile(r"Worker group (FAILED|UNHEALTHY)\. (\d+)/(\d+) attempts left")
+_CHILD_FAILED_RE = re.compile(
+    r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)"
+)
+_FIELD_RE = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*: ?(.*)$")
+_RANK_FIELD_RE = re.compile(r"(-?\d+) \(local_rank: (-?\d+)\)")
+_EXIT_FIELD_RE = re.compile(r"(-?\d+)(?: \(pid: \d+\))?\s*(?:\((SIG\w+)\))?")
+
+
+def classify_level(text: str) -> Level:
+    m = _GLOG_RE.match(text)
+    if m:
+        return _GLOG_LEVEL[m.group(1)]
+    if _ERROR_RE.search(text):
+        return Level.ERROR
+    if _WARN_RE.search(text):
+        return Level.WARNING
+    return Level.INFO
+
+
+def parse_metric(payload: str) -> dict[str, Any] | None:
+    """The JSON object after the mark, or None when it is not one (then it is a plain line)."""
+    try:
+        obj = json.loads(payload)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def split_metric(
+    obj: dict[str, Any], default_rank: int | None
+) -> tuple[int | None, str, int | None, dict[str, float], dict[str, Any]]:
+    rank = obj.get("rank", default_rank)
+    rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else default_rank
+    step = obj.get("step")
+    step = step if isinstance(step, int) and not isinstance(step, bool) else None
+    kind = str(obj.get("kind", "metric"))
+    values: dict[str, float] = {}
+    extra: dict[str, Any] = {}
+    for k, v in obj.items():
+        if k in ("rank", "step", "kind", "v"):
+            continue
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            values[k] = float(v)
+        else:
+            extra[k] = v
+    return rank, kind, step, values, extra
+
+
+class NodeLogParser:
+    """Turns one node's combined torchrun output, line by line, into events.
+
+    Stateful because torchrun's answers span lines: the restart attempt is announced once
+    and holds for every later line, and the "Root Cause" summary is a block of fields.
+    """
+
+    def __init__(self, node: str, attempt: int = 0) -> None:
+        self.node = node
+        self.attempt = attempt
+        self._block: dict[str, str] | None = None
+        self._in_root_cause = False
+        self._trace: list[str] = []
+        self._field: str | None = None
+        self.child_exits: dict[int, int] = {}
+
+    def feed(self, line: str, time: float) -> list[Event]:
+        line = line.rstrip("\r\n")
+        m = _PREFIX_RE.match(line)
+        if m is not None:
+            rank, local_rank = int(m.group(1)), int(m.group(2))
+            text = line[m.end():]
+            return self._worker_line(text, rank, local_rank, time)
+        return self._agent_line(line, time)
+
+    def _worker_line(self, text: str, rank: int, local_rank: int, time: float) -> list[Event]:
+        if text.startswith(METRIC_MARK):
+            obj = parse_metric(text[len(METRIC_MARK):])
+            if obj is not None:
+                r, kind, step, values, extra = split_metric(obj, rank)
+                attempt = int(values.get("attempt", self.attempt))
+                return [Metric(self.node, rank if r is None else r, kind, step, values, time,
+                               attempt, extra)]
+        if _NCCL_RE.match(text):
+            lvl = _NCCL_LEVEL.get(text.split(" NCCL ", 1)[1].split(" ", 1)[0], Level.INFO)
+            return [LogLine(self.node, text, time, Source.NCCL, lvl, rank, local_rank,
+                            self.attempt)]
+        return [LogLine(self.node, text, time, Source.WORKER, classify_level(text), rank,
+                        local_rank, self.attempt)]
+
+    def _agent_line(self, line: str, time: float) -> list[Event]:
+        out: list[Event] = []
+        if _NCCL_RE.match(line):
+            lvl = _NCCL_LEVEL.get(line.split(" NCCL ", 1)[1].split(" ", 1)[0], Level.INFO)
+            return [LogLine(self.node, line, time, Source.NCCL, lvl, None, None, self.attempt)]
+        level = classify_level(line)
+        m = _RESTART_RE.search(line)
+        if m is not None:
+            self.attempt += 1
+            level = Level.WARNING
+            out.append(NodeState(self.node, NodeStatus.RESTARTING, time,
+                                 f"restart {self.attempt} of {m.group(3)}",
+                                 attempt=self.attempt))
+        m = _CHILD_FAILED_RE.search(line)
+        if m is not None:
+            self.child_exits[int(m.group(2))] = int(m.group(1))
+        out.append(LogLine(self.node, line, time, Source.AGENT, level, None, None, self.attempt))
+        out.extend(self._root_cause(line, time))
+        return out
+
+    def _root_cause(self, line: str, time: float) -> list[Event]:
+        if line.startswith("Root Cause (first observed failure)"):
+            self._in_root_cause = True
+            self._block = {}
+            self._trace = []
+            self._field = None
+            return []
+        if not self._in_root_cause or self._block is None:
+            return []
+        if line.startswith("====") or (line.startswith("----") and self._block):
+            return [self._finish_block(time)]
+        m = _FIELD_RE.match(line)
+        if m is not None and not (self._field == "traceback" and line.startswith("    ")):
+            self._field = m.group(1)
+            self._block[self._field] = m.group(2).strip()
+            if self._field == "traceback" and m.group(2).strip():
+                self._trace.append(m.group(2).strip())
+        elif self._field == "traceback" and line.strip():
+            self._trace.append(line.strip())
+        return []
+
+    def _finish_block(self, time: float) -> Failure:
+        block = self._block or {}
+        self._in_root_cause = False
+        self._block = None
+        rank = local_rank = exit_code = None
+        sig = None
+        m = _RANK_FIELD_RE.search(block.get("rank", ""))
+        if m is not None:
+            rank, local_rank = int(m.group(1)), int(m.group(2))
+        m = _EXIT_FIELD_RE.match(block.get("exitcode", ""))
+        if m is not None:
+            exit_code = int(m.group(1))
+            sig = m.group(2)
+        # The last line of a traceback names the exception: what a person wants first.
+        cause = self._trace[-1] if self._trace else block.get("traceback", "")
+        err = block.get("error_file")
+        return Failure(self.node, rank, exit_code, sig, cause, time, local_rank,
+                       block.get("host"), None if err in (None, "", "<N/A>") else err,
+                       "\n".join(self._trace))
+
+
+def ssh_line(node: str, text: str, time: float, level: Level = Level.INFO) -> LogLine:
+    """A line ddptui itself says about a node (connection, upload, stop)."""
+    return LogLine(node, text, time, Source.SSH, level)

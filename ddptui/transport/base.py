@@ -1,0 +1,50 @@
+"""The contract every transport keeps, so the controller never knows SSH from local.
+
+Commands are shell strings: the caller quotes every value with ``shlex.quote`` (the plan
+does), and the transport runs them with ``sh -c`` on the node. Paths are absolute on the
+node; ``home()`` is there so a ``~/...`` workdir can be made absolute once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class TransportError(Exception):
+    """A node could not be reached or answered wrongly; ``str()`` is one paragraph for a person."""
+
+    def __init__(self, node: str, message: str) -> None:
+        super().__init__(message)
+        self.node = node
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+class Transport(Protocol):
+    node: str
+    #: The address the node was reached at (ssh HostName after ~/.ssh/config), for rendezvous.
+    address: str
+
+    def connect(self, timeout: float) -> None:
+        """Open the one connection that every later call reuses; raise TransportError."""
+
+    def run(self, command: str, timeout: float) -> CommandResult:
+        """Run ``sh -c command`` on the node, wait for it; raise TransportError on timeout."""
+
+    def home(self) -> str:
+        """The absolute home directory of the login user on the node."""
+
+    def put_bytes(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
+        """Write a whole file atomically enough (temp name + rename); parents must exist."""
+
+    def read_from(self, remote_path: str, offset: int, max_bytes: int) -> bytes:
+        """Bytes of the file from ``offset``; b"" at its end; FileNotFoundError if absent."""
+
+    def close(self) -> None:
+        """Drop the connection; the job on the node is untouched."""

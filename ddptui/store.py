@@ -1,0 +1,387 @@
+"""The store: what a face reads, bounded in memory, mirrored to the local run directory.
+
+One writer (the controller's consumer thread) calls :meth:`Store.apply` with batches; any
+number of readers (the dashboard's timer, the headless printer) read under a short lock.
+The disk mirror is exactly-once across a killed controller: after each batch it records the
+size of every file it appends to, together with how far into each node's raw log the batch
+reached, in one atomically replaced ``checkpoint.json``. Recovery truncates the files to
+those sizes and replays the raw log from there (see :meth:`Store.recover`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from ddptui.events import Event, Failure, Level, LogLine, Metric, NodeState, NodeStatus, Source
+
+CHECKPOINT = "checkpoint.json"
+
+
+@dataclass
+class NodeView:
+    name: str
+    node_rank: int
+    status: NodeStatus = NodeStatus.PENDING
+    detail: str = ""
+    pid: int | None = None
+    exit_code: int | None = None
+    attempt: int = 0
+    ranks: set[int] = field(default_factory=set)
+    lines: int = 0
+    last_line_time: float | None = None
+    since: float | None = None
+
+
+@dataclass
+class RankView:
+    rank: int
+    node: str
+    local_rank: int | None = None
+    lines: int = 0
+    last_line_time: float | None = None
+    last_step: int | None = None
+    last_step_time: float | None = None  # wall clock of the last metric with a step
+    step_time_s: float | None = None
+    samples_per_s: float | None = None
+    loss: float | None = None
+    attempt: int = 0
+
+
+@dataclass
+class RunInfo:
+    """The run as a whole, for the header: set by the controller, not derived from lines."""
+
+    run_id: str = ""
+    status: str = "idle"  # idle, launching, running, stopping, finished, failed, stopped, lost
+    started_at: float | None = None
+    ended_at: float | None = None
+    exit_code: int | None = None
+    world_size: int | None = None
+    message: str = ""
+
+
+@dataclass
+class Series:
+    """One metric of one rank: parallel step/value columns, bounded."""
+
+    steps: deque[int]
+    values: deque[float]
+
+    @classmethod
+    def empty(cls, maxlen: int) -> Series:
+        return cls(deque(maxlen=maxlen), deque(maxlen=maxlen))
+
+
+class Store:
+    def __init__(
+        self,
+        run_dir: Path | None = None,
+        *,
+        ring_lines: int = 20_000,
+        rank_lines: int = 5_000,
+        series_points: int = 20_000,
+    ) -> None:
+        self.run_dir = run_dir
+        self._lock = threading.Lock()
+        self._lines: deque[LogLine] = deque(maxlen=ring_lines)
+        self._seq = 0  # number of lines ever applied; the seq of the newest line
+        self._rank_lines: dict[int, deque[LogLine]] = {}
+        self._rank_lines_max = rank_lines
+        self._series: dict[tuple[int, str], Series] = {}
+        self._series_max = series_points
+        self.nodes: dict[str, NodeView] = {}
+        self.ranks: dict[int, RankView] = {}
+        self.failures: list[Failure] = []
+        self.latest: dict[int, dict[str, Any]] = {}  # last record of each kind, per rank
+        self.summaries: dict[int, dict[str, Any]] = {}
+        self.run = RunInfo()
+        self.version = 0
+        self._mirror = _Mirror(run_dir) if run_dir is not None else None
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def add_node(self, name: str, node_rank: int) -> None:
+        with self._lock:
+            self.nodes.setdefault(name, NodeView(name, node_rank))
+
+    def set_run(self, **changes: Any) -> None:
+        with self._lock:
+            for k, v in changes.items():
+                if not hasattr(self.run, k):
+                    raise AttributeError(k)
+                setattr(self.run, k, v)
+            self.version += 1
+
+    def run_info(self) -> RunInfo:
+        with self._lock:
+            return RunInfo(**vars(self.run))
+
+    def apply(self, events: Sequence[Event], raw_done: dict[str, int] | None = None) -> None:
+        """Apply a batch; ``raw_done`` says how far into each node's raw log it reaches."""
+        with self._lock:
+            for ev in events:
+                self._apply_one(ev)
+            self.version += 1
+        if self._mirror is not None:
+            self._mirror.write(events, raw_done or {})
+
+    def _apply_one(self, ev: Event) -> None:
+        if isinstance(ev, LogLine):
+            self._seq += 1
+            self._lines.append(ev)
+            node = self.nodes.get(ev.node)
+            if node is not None:
+                node.lines += 1
+                node.last_line_time = ev.time
+            if ev.rank is not None:
+                ring = self._rank_lines.get(ev.rank)
+                if ring is None:
+                    ring = self._rank_lines[ev.rank] = deque(maxlen=self._rank_lines_max)
+                ring.append(ev)
+                rv = self._rank(ev.rank, ev.node, ev.local_rank)
+                rv.lines += 1
+                rv.last_line_time = ev.time
+                rv.attempt = ev.attempt
+        elif isinstance(ev, Metric):
+            self._apply_metric(ev)
+        elif isinstance(ev, NodeState):
+            node = self.nodes.get(ev.node)
+            if node is None:
+                node = self.nodes[ev.node] = NodeView(ev.node, len(self.nodes))
+            node.status = ev.status
+            node.detail = ev.detail
+            node.since = ev.time
+            node.attempt = max(node.attempt, ev.attempt)
+            if ev.pid is not None:
+                node.pid = ev.pid
+            if ev.exit_code is not None:
+                node.exit_code = ev.exit_code
+        elif isinstance(ev, Failure):
+            self.failures.append(ev)
+
+    def _rank(self, rank: int, node: str, local_rank: int | None) -> RankView:
+        rv = self.ranks.get(rank)
+        if rv is None:
+            rv = self.ranks[rank] = RankView(rank, node, local_rank)
+        elif rv.node != node:  # an elastic restart may move a global rank to another node
+            rv.node = node
+            rv.local_rank = local_rank
+        if node in self.nodes:
+            self.nodes[node].ranks.add(rank)
+        return rv
+
+    def _apply_metric(self, ev: Metric) -> None:
+        rv = self._rank(ev.rank, ev.node, None)
+        rv.attempt = ev.attempt
+        record = dict(ev.values)
+        record.update(ev.extra)
+        self.latest.setdefault(ev.rank, {})[ev.kind] = record
+        if ev.kind == "summary":
+            self.summaries[ev.rank] = record
+        if ev.step is None:
+            return
+        if ev.kind == "metric":
+            rv.last_step = ev.step
+            rv.last_step_time = ev.time
+            rv.step_time_s = ev.values.get("step_time_s", rv.step_time_s)
+            rv.samples_per_s = ev.values.get("samples_per_s", rv.samples_per_s)
+            rv.loss = ev.values.get("loss", rv.loss)
+        for name, value in ev.values.items():
+            if name in ("attempt", "seq", "epoch"):
+                continue
+            key = (ev.rank, name)
+            s = self._series.get(key)
+            if s is None:
+                s = self._series[key] = Series.empty(self._series_max)
+            s.steps.append(ev.step)
+            s.values.append(value)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    @property
+    def seq(self) -> int:
+        return self._seq
+
+    def lines_since(self, cursor: int, limit: int | None = None) -> tuple[list[LogLine], int, int]:
+        """Lines after ``cursor``: (lines, new cursor, how many fell out of the ring unseen)."""
+        with self._lock:
+            newest = self._seq
+            available = len(self._lines)
+            want = newest - cursor
+            if want <= 0:
+                return [], newest, 0
+            skipped = max(0, want - available)
+            take = min(want, available)
+            if limit is not None and take > limit:
+                skipped += take - limit
+                take = limit
+            lines = [self._lines[i] for i in range(available - take, available)]
+            return lines, newest, skipped
+
+    def recent_lines(self, n: int | None = None) -> list[LogLine]:
+        with self._lock:
+            if n is None or n >= len(self._lines):
+                return list(self._lines)
+            return [self._lines[i] for i in range(len(self._lines) - n, len(self._lines))]
+
+    def rank_tail(self, rank: int, n: int | None = None) -> list[LogLine]:
+        with self._lock:
+            ring = self._rank_lines.get(rank)
+            if ring is None:
+                return []
+            if n is None or n >= len(ring):
+                return list(ring)
+            return [ring[i] for i in range(len(ring) - n, len(ring))]
+
+    def series(self, rank: int, name: str) -> tuple[list[int], list[float]]:
+        with self._lock:
+            s = self._series.get((rank, name))
+            return ([], []) if s is None else (list(s.steps), list(s.values))
+
+    def metric_names(self) -> list[str]:
+        with self._lock:
+            return sorted({name for _, name in self._series})
+
+    def node_views(self) -> list[NodeView]:
+        with self._lock:
+            return sorted((_copy_node(n) for n in self.nodes.values()), key=lambda n: n.node_rank)
+
+    def rank_views(self) -> list[RankView]:
+        with self._lock:
+            return [RankView(**vars(r)) for _, r in sorted(self.ranks.items())]
+
+    def failure_list(self) -> list[Failure]:
+        with self._lock:
+            return list(self.failures)
+
+    def rank_log_path(self, rank: int) -> Path | None:
+        return None if self.run_dir is None else self.run_dir / "ranks" / f"rank{rank}.log"
+
+    def node_log_path(self, node: str) -> Path | None:
+        return None if self.run_dir is None else self.run_dir / "nodes" / f"{node}.log"
+
+    def close(self) -> None:
+        if self._mirror is not None:
+            self._mirror.close()
+
+    # -- recovery --------------------------------------------------------------------------
+
+    @staticmethod
+    def recover(run_dir: Path) -> dict[str, int]:
+        """Truncate the mirror to its last checkpoint; return how far each raw log was applied."""
+        path = run_dir / CHECKPOINT
+        if not path.exists():
+            for sub in ("ranks", "metrics.jsonl", "events.jsonl"):
+                p = run_dir / sub
+                if p.is_dir():
+                    for f in p.iterdir():
+                        f.unlink()
+                elif p.exists():
+                    p.unlink()
+            return {}
+        data = json.loads(path.read_text())
+        sizes: dict[str, int] = data.get("sizes", {})
+        known = set(sizes)
+        for rel, size in sizes.items():
+            p = run_dir / rel
+            if p.exists() and p.stat().st_size > size:
+                with open(p, "r+b") as f:
+                    f.truncate(size)
+        ranks = run_dir / "ranks"
+        if ranks.is_dir():  # files created after the checkpoint hold nothing that counts
+            for f in ranks.iterdir():
+                if f"ranks/{f.name}" not in known:
+                    f.unlink()
+        for name in ("metrics.jsonl", "events.jsonl"):
+            if name not in known and (run_dir / name).exists():
+                (run_dir / name).unlink()
+        return {k: int(v) for k, v in data.get("raw_done", {}).items()}
+
+
+def _copy_node(n: NodeView) -> NodeView:
+    c = NodeView(**vars(n))
+    c.ranks = set(n.ranks)
+    return c
+
+
+class _Mirror:
+    """Append-only files under the local run dir, plus the checkpoint that makes them exact."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        (run_dir / "ranks").mkdir(parents=True, exist_ok=True)
+        self._files: dict[str, IO[bytes]] = {}
+        self._sizes: dict[str, int] = {}
+        self._raw_done: dict[str, int] = {}
+        ck = run_dir / CHECKPOINT
+        if ck.exists():
+            data = json.loads(ck.read_text())
+            self._raw_done = {k: int(v) for k, v in data.get("raw_done", {}).items()}
+
+    def _append(self, rel: str, data: bytes) -> None:
+        f = self._files.get(rel)
+        if f is None:
+            f = self._files[rel] = open(self.run_dir / rel, "ab")  # noqa: SIM115
+            self._sizes[rel] = f.tell()
+        f.write(data)
+        self._sizes[rel] += len(data)
+
+    def write(self, events: Iterable[Event], raw_done: dict[str, int]) -> None:
+        per_file: dict[str, list[str]] = {}
+        for ev in events:
+            if isinstance(ev, LogLine):
+                if ev.rank is not None:
+                    per_file.setdefault(f"ranks/rank{ev.rank}.log", []).append(ev.text)
+                elif ev.source is Source.SSH:  # ddptui's own words are in no raw node log
+                    per_file.setdefault("events.jsonl", []).append(json.dumps(event_record(ev)))
+            elif isinstance(ev, Metric):
+                rec = {"node": ev.node, "rank": ev.rank, "kind": ev.kind, "step": ev.step,
+                       "time": ev.time, "attempt": ev.attempt, **ev.values, **ev.extra}
+                per_file.setdefault("metrics.jsonl", []).append(json.dumps(rec))
+            else:
+                per_file.setdefault("events.jsonl", []).append(json.dumps(event_record(ev)))
+        for rel, lines in per_file.items():
+            self._append(rel, ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
+        for f in self._files.values():
+            f.flush()
+        if not per_file and not raw_done:
+            return
+        self._raw_done.update(raw_done)
+        tmp = self.run_dir / (CHECKPOINT + ".tmp")
+        tmp.write_text(json.dumps({"sizes": self._sizes, "raw_done": self._raw_done}))
+        os.replace(tmp, self.run_dir / CHECKPOINT)
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
+
+
+def event_record(ev: NodeState | Failure | LogLine) -> dict[str, Any]:
+    """A JSON-able record of a non-line event, for events.jsonl and `ddptui logs`."""
+    if isinstance(ev, NodeState):
+        return {"type": "node_state", "node": ev.node, "status": str(ev.status), "time": ev.time,
+                "detail": ev.detail, "pid": ev.pid, "exit_code": ev.exit_code,
+                "attempt": ev.attempt}
+    if isinstance(ev, Failure):
+        return {"type": "failure", "node": ev.node, "rank": ev.rank, "exit_code": ev.exit_code,
+                "signal": ev.signal, "root_cause": ev.root_cause, "time": ev.time,
+                "local_rank": ev.local_rank, "host": ev.host, "error_file": ev.error_file,
+                "traceback": ev.traceback}
+    return {"type": "line", "node": ev.node, "text": ev.text, "source": str(ev.source),
+            "level": str(ev.level), "rank": ev.rank, "time": ev.time}
+
+
+def is_problem(line: LogLine) -> bool:
+    return line.level in (Level.WARNING, Level.ERROR)
+
+
+def is_nccl(line: LogLine) -> bool:
+    return line.source is Source.NCCL

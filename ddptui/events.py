@@ -115,10 +115,10 @@ _GLOG_LEVEL = {"I": Level.INFO, "W": Level.WARNING, "E": Level.ERROR, "F": Level
 _NCCL_RE = re.compile(r"^\S+:\d+:\d+ \[[^\]]*\] NCCL (INFO|WARN|TRACE|ERROR|VERSION)\b")
 _NCCL_LEVEL = {"WARN": Level.WARNING, "ERROR": Level.ERROR, "TRACE": Level.DEBUG}
 _ERROR_RE = re.compile(
-    r"Traceback \(most recent call last\)|^\s*\w*(Error|Exception)(: |$)|\bFAILED\b|"
-    r"^(\[rank\d+\]: )?\w+(Error|Exception): "
+    r"Traceback \(most recent call last\)|^(\[rank\d+\]: )?[\w.]*(Error|Exception)(: |$)|"
+    r"\bFAILED\b"
 )
-_WARN_RE = re.compile(r"\b(Warning|WARNING|warn(ing)?:)|^\[W\d")
+_WARN_RE = re.compile(r"^(\[rank\d+\]: )?[\w.]*Warning: |\bWARN(ING)?\b|^[Ww]arning:")
 _RESTART_RE = re.compile(r"Worker group (FAILED|UNHEALTHY)\. (\d+)/(\d+) attempts left")
 _CHILD_FAILED_RE = re.compile(
     r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)"

@@ -123,13 +123,17 @@ class Store:
         with self._lock:
             return RunInfo(**vars(self.run))
 
-    def apply(self, events: Sequence[Event], raw_done: dict[str, int] | None = None) -> None:
-        """Apply a batch; ``raw_done`` says how far into each node's raw log it reaches."""
+    def apply(self, events: Sequence[Event], raw_done: dict[str, int] | None = None, *,
+              mirror: bool = True) -> None:
+        """Apply a batch; ``raw_done`` says how far into each node's raw log it reaches.
+
+        ``mirror=False`` is for replaying what the disk mirror already holds.
+        """
         with self._lock:
             for ev in events:
                 self._apply_one(ev)
             self.version += 1
-        if self._mirror is not None:
+        if self._mirror is not None and mirror:
             self._mirror.write(events, raw_done or {})
 
     def _apply_one(self, ev: Event) -> None:

@@ -1,0 +1,179 @@
+"""``ddptui``: the dashboard by default, and plain commands for scripts and CI.
+
+Exit codes: the run's own (0 only when every node exited 0), 2 for bad input of any kind
+(hosts file, unreachable node, unknown host key, missing interpreter: nothing was started),
+130 for a run stopped by Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from ddptui import __version__
+
+COMMANDS = ("run", "check", "attach", "stop", "logs", "dashboard")
+USAGE_EXIT = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ddptui",
+        description="Launch, follow and stop multi-node PyTorch DDP jobs from one terminal. "
+                    "`ddptui HOSTS.yaml` opens the dashboard.",
+    )
+    p.add_argument("--version", action="version", version=f"ddptui {__version__}")
+    p.add_argument("--state-dir", type=Path, default=None,
+                   help="where local run directories live (default: $XDG_STATE_HOME/ddptui)")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    d = sub.add_parser("dashboard", help="open the dashboard for a hosts file (the default)")
+    d.add_argument("hosts", type=Path, help="the hosts file (YAML)")
+
+    r = sub.add_parser("run", help="launch a run; --headless prints every line instead of the "
+                                   "dashboard")
+    r.add_argument("hosts", type=Path, help="the hosts file (YAML)")
+    r.add_argument("--headless", action="store_true",
+                   help="no dashboard: print node states and every line, prefixed with node "
+                        "and global rank; exit with the run's exit code")
+    r.add_argument("--run-id", default=None, help="name the run (default: time + random)")
+    r.add_argument("--no-metrics", action="store_true",
+                   help="headless: do not echo parsed @ddptui metric records")
+
+    c = sub.add_parser("check", help="validate the hosts file and probe every node; start "
+                                     "nothing")
+    c.add_argument("hosts", type=Path)
+
+    a = sub.add_parser("attach", help="follow a run again (after a dropped connection or a "
+                                      "closed laptop)")
+    a.add_argument("run_id")
+    a.add_argument("--headless", action="store_true", help="print lines instead of the "
+                                                           "dashboard")
+
+    s = sub.add_parser("stop", help="stop a run on every node: SIGTERM, grace, SIGKILL")
+    s.add_argument("run_id")
+    s.add_argument("--grace", type=float, default=None,
+                   help="seconds between SIGTERM and SIGKILL (default: job.stop_grace)")
+
+    lg = sub.add_parser("logs", help="list past runs, or print one run's logs")
+    lg.add_argument("run_id", nargs="?")
+    lg.add_argument("--rank", type=int, default=None, help="only this global rank")
+    lg.add_argument("--node", default=None, help="only this node")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
+        argv.insert(0, "dashboard")
+    args = _parser().parse_args(argv)
+    if args.command is None:
+        _parser().print_help()
+        return USAGE_EXIT
+    try:
+        return int(_dispatch(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+def _load(path: Path) -> object:
+    from ddptui.config import ConfigError, load_config
+
+    try:
+        return load_config(path)
+    except ConfigError as e:
+        n = len(e.problems)
+        head = f"ddptui: {path}: {n} problem{'s' if n != 1 else ''}, nothing was started:"
+        print(head + "\n" + "\n".join(f"  {p}" for p in e.problems), file=sys.stderr)
+        return None
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from ddptui.controller import Controller, LaunchError
+
+    if args.command == "logs":
+        from ddptui.logs import show_logs
+
+        return show_logs(args.state_dir, args.run_id, rank=args.rank, node=args.node)
+    if args.command in ("dashboard", "run") and not getattr(args, "headless", False):
+        cfg = _load(args.hosts)
+        if cfg is None:
+            return USAGE_EXIT
+        from ddptui.tui.app import run_dashboard
+
+        return run_dashboard(cfg, state_root=args.state_dir)  # type: ignore[arg-type]
+    if args.command == "attach" and not args.headless:
+        from ddptui.tui.app import run_dashboard
+
+        return run_dashboard(None, attach=args.run_id, state_root=args.state_dir)
+    if args.command == "check":
+        return _check(args)
+    if args.command == "stop":
+        try:
+            ctl = Controller.attach(args.run_id, state_root=args.state_dir, follow=False)
+        except LaunchError as e:
+            print(f"ddptui: {e}", file=sys.stderr)
+            return USAGE_EXIT
+        report = ctl.stop(args.grace)
+        for node, err in report.errors.items():
+            print(f"ddptui: node {node}: {err}", file=sys.stderr)
+        for node, pids in report.leftover.items():
+            state = "clean" if not pids else f"STILL RUNNING: {pids}"
+            print(f"ddptui: node {node}: {state}")
+        return 0 if report.clean else 1
+
+    from ddptui.headless import Printer, run_headless
+
+    if args.command == "attach":
+        try:
+            ctl = Controller.attach(args.run_id, state_root=args.state_dir)
+        except LaunchError as e:
+            print(f"ddptui: {e}", file=sys.stderr)
+            return USAGE_EXIT
+        print(f"ddptui: attached to run {ctl.run_id}", flush=True)
+        ctl.add_listener(Printer())
+        return run_headless(ctl)
+
+    cfg = _load(args.hosts)
+    if cfg is None:
+        return USAGE_EXIT
+    ctl = Controller(cfg, state_root=args.state_dir, run_id=args.run_id)  # type: ignore[arg-type]
+    ctl.add_listener(Printer(metrics=not args.no_metrics))
+    print(f"ddptui: run {ctl.run_id}: {len(ctl.config.nodes)} node(s), logs in "
+          f"{ctl.local_dir}", flush=True)
+    try:
+        ctl.launch()
+    except LaunchError as e:
+        print("ddptui: the run was not started:\n" + "\n".join(f"  {p}" for p in e.problems),
+              file=sys.stderr)
+        return USAGE_EXIT
+    except KeyboardInterrupt:
+        print("ddptui: interrupted while launching; stopping what started", file=sys.stderr)
+        ctl.stop(grace=2)
+        return 130
+    return run_headless(ctl)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from ddptui.controller import LaunchError, probe_nodes
+
+    cfg = _load(args.hosts)
+    if cfg is None:
+        return USAGE_EXIT
+    t0 = time.monotonic()
+    try:
+        lines = probe_nodes(cfg)  # type: ignore[arg-type]
+    except LaunchError as e:
+        print("ddptui: check failed:\n" + "\n".join(f"  {p}" for p in e.problems),
+              file=sys.stderr)
+        return USAGE_EXIT
+    for line in lines:
+        print(line)
+    print(f"ddptui: {len(lines)} node(s) ready ({time.monotonic() - t0:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

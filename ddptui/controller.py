@@ -1,0 +1,586 @@
+"""The run controller: launch, follow, stop and attach, one thread per node.
+
+Everything that touches a node is done for all nodes at once (a thread pool), so sixteen
+nodes cost about what one does. Launch is all-or-nothing: every node is probed before any
+file is written, and a failure while uploading or starting undoes what was done on every
+node, so a bad hosts file never leaves a half-started cluster.
+
+Faces (the dashboard, the headless printer) read ``controller.store``; the headless face
+also registers a listener that sees every batch, so it can print every line in order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ddptui import nodeops
+from ddptui.config import HostsConfig, NodeConfig
+from ddptui.events import Failure, Level, NodeLogParser, NodeState, NodeStatus, ssh_line
+from ddptui.follow import Batch, Finished, NodeFollower, parse_chunk, split_complete
+from ddptui.plan import Plan, expand_home, make_plan, new_run_id
+from ddptui.runstate import (
+    RunSummary,
+    config_from_dict,
+    config_to_dict,
+    list_runs,
+    read_run,
+    run_dir,
+    write_json,
+)
+from ddptui.runstate import (
+    state_root as resolve_state_root,
+)
+from ddptui.store import Store
+from ddptui.transport.base import Transport, TransportError
+from ddptui.transport.factory import make_transport
+
+__all__ = ["Controller", "LaunchError", "RunResult", "RunSummary", "StopReport", "list_runs"]
+
+WORKER_PACKAGE = "ddptui_worker"
+T = TypeVar("T")
+
+
+class LaunchError(Exception):
+    """Why a launch did not happen; nothing of the run is left on any node."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+@dataclass
+class RunResult:
+    exit_code: int
+    failures: list[Failure]
+    node_exit_codes: dict[str, int | None]
+    stopped: bool
+
+
+@dataclass
+class StopReport:
+    leftover: dict[str, list[int]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def clean(self) -> bool:
+        return not self.errors and not any(self.leftover.values())
+
+
+def worker_files() -> list[Path]:
+    from ddptui import worker
+
+    return sorted(Path(worker.__file__).parent.glob("*.py"))
+
+
+def _each(items: list[T], fn: Callable[[T], Any]) -> list[Any]:
+    """Run ``fn`` on every item at once; results (or the exception raised) in order."""
+    if not items:
+        return []
+
+    def guarded(item: T) -> Any:
+        try:
+            return fn(item)
+        except Exception as e:
+            return e
+
+    with ThreadPoolExecutor(max_workers=min(32, len(items))) as pool:
+        return list(pool.map(guarded, items))
+
+
+def probe_node(node: NodeConfig, config: HostsConfig) -> tuple[Transport, nodeops.Probe, str]:
+    """Connect and check the interpreter and torch; the open transport is kept for reuse."""
+    t = make_transport(node, config.ssh)
+    t.connect(config.ssh.connect_timeout)
+    try:
+        res = t.run(nodeops.probe_cmd(node.python), timeout=60)
+        probe = nodeops.parse_probe(res.stdout)
+        where = f"node {node.name} ({node.host})"
+        if res.exit_code == 127 or probe is None:
+            detail = (res.stderr.strip() or res.stdout.strip()).splitlines()
+            raise LaunchError([
+                f"{where}: the python interpreter {node.python!r} does not exist or does not "
+                f"run there (exit code {res.exit_code}: {detail[-1] if detail else 'no output'}"
+                "). Set `python:` for this node (or in `defaults:`) to an interpreter that has "
+                "torch installed."])
+        if probe.torch is None:
+            raise LaunchError([
+                f"{where}: {node.python} ({probe.python}, Python {probe.version}) cannot import "
+                f"torch: {probe.torch_error}. Install torch there or point `python:` at an "
+                "environment that has it."])
+        return t, probe, t.home()
+    except BaseException:
+        t.close()
+        raise
+
+
+def probe_nodes(config: HostsConfig) -> list[str]:
+    """`ddptui check`: every node reached and probed at once; one line each; start nothing."""
+    nodes = list(config.nodes)
+    results = _each(nodes, lambda n: probe_node(n, config))
+    problems = [str(r) for r in results if isinstance(r, Exception)]
+    if problems:
+        for r in results:
+            if not isinstance(r, Exception):
+                r[0].close()
+        raise LaunchError(problems)
+    lines = []
+    for node, (t, probe, home) in zip(nodes, results, strict=True):
+        t.close()
+        lines.append(f"node {node.name} ({node.host}, hostname {probe.hostname}): "
+                     f"python {probe.version} at {probe.python}, torch {probe.torch}, "
+                     f"cuda {'yes' if probe.cuda else 'no'}, home {home}")
+    return lines
+
+
+class Controller:
+    def __init__(
+        self,
+        config: HostsConfig,
+        *,
+        state_root: Path | None = None,
+        run_id: str | None = None,
+        poll: float = 0.2,
+    ) -> None:
+        self.config = config
+        self.root = resolve_state_root(state_root)
+        self.run_id = run_id or new_run_id(datetime.now(), secrets.token_hex(2))
+        self.local_dir = run_dir(self.root, self.run_id)
+        (self.local_dir / "nodes").mkdir(parents=True, exist_ok=True)
+        self.store = Store(self.local_dir)
+        self.store.set_run(run_id=self.run_id)
+        for i, n in enumerate(config.nodes):
+            self.store.add_node(n.name, i)
+        self.plan: Plan | None = None
+        self.result: RunResult | None = None
+        self.poll = poll
+        self._transports: dict[str, Transport] = {}
+        self._pgids: dict[str, int | None] = {}
+        self._queue: queue.Queue[Batch | Finished] = queue.Queue()
+        self._followers: dict[str, NodeFollower] = {}
+        self._finished: dict[str, Finished] = {}
+        self._stopping = threading.Event()
+        self._done = threading.Event()
+        self._consumer: threading.Thread | None = None
+        self._listeners: list[Callable[[Batch], None]] = []
+        self._meta: dict[str, Any] = {}
+
+    # -- small pieces ----------------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def add_listener(self, fn: Callable[[Batch], None]) -> None:
+        """``fn`` sees every batch, in order, on the consumer thread (keep it quick)."""
+        self._listeners.append(fn)
+
+    def _say(self, node: str, text: str, level: Level = Level.INFO) -> None:
+        self._publish(Batch(node, [ssh_line(node, text, time.time(), level)], {}))
+
+    def _node_state(self, node: str, status: NodeStatus, detail: str = "",
+                    exit_code: int | None = None) -> None:
+        ev = NodeState(node, status, time.time(), detail, self._pgids.get(node), exit_code)
+        self._publish(Batch(node, [ev], {}))
+
+    def _publish(self, batch: Batch) -> None:
+        if self._consumer is not None and self._consumer.is_alive():
+            self._queue.put(batch)
+            return
+        self.store.apply(batch.events, batch.raw_done)
+        for fn in self._listeners:
+            fn(batch)
+
+    def _node(self, name: str) -> NodeConfig:
+        return next(n for n in self.config.nodes if n.name == name)
+
+    def _rank_of(self, name: str) -> int:
+        if self.plan is not None:
+            return next(nl.node_rank for nl in self.plan.nodes if nl.node.name == name)
+        return [n.name for n in self.config.nodes].index(name)
+
+    def _remote_dir(self, name: str) -> str:
+        return self._meta["nodes"][name]["run_dir"]
+
+    def _transport(self, node: NodeConfig) -> Transport:
+        t = make_transport(node, self.config.ssh)
+        t.connect(self.config.ssh.connect_timeout)
+        return t
+
+    def _write_meta(self, **changes: Any) -> None:
+        self._meta.update(changes)
+        data = dict(self._meta)
+        data["nodes"] = list(self._meta.get("nodes", {}).values())
+        write_json(self.local_dir / "run.json", data)
+
+    def process_estimate(self) -> tuple[int, int]:
+        """(processes, nodes): the workers plus one torchrun agent per node."""
+        nodes = len(self.config.nodes)
+        world = (self.plan.world_size if self.plan else None) or len(self.store.ranks)
+        return world + nodes, nodes
+
+    # -- launch ----------------------------------------------------------------------------
+
+    def launch(self) -> None:
+        cfg = self.config
+        self.store.set_run(status="launching", started_at=time.time())
+        self._write_meta(run_id=self.run_id, config=config_to_dict(cfg), status="launching",
+                         started_at=time.time(), nodes={})
+        names = [n.name for n in cfg.nodes]
+        for n in names:
+            self._node_state(n, NodeStatus.CONNECTING)
+        results = _each(list(cfg.nodes), self._connect_and_probe)
+        problems: list[str] = []
+        homes: dict[str, str] = {}
+        for node, res in zip(cfg.nodes, results, strict=True):
+            if isinstance(res, str):
+                homes[node.name] = res
+            else:
+                msg = str(res) if isinstance(res, TransportError | LaunchError) else (
+                    f"node {node.name} ({node.host}): {type(res).__name__}: {res}")
+                problems.append(msg)
+                self._node_state(node.name, NodeStatus.FAILED, msg.split("\n")[0])
+        if problems:
+            self._abort(problems, cleanup=False)
+        first = cfg.nodes[0]
+        rdzv_host = (cfg.rendezvous.endpoint or first.addr
+                     or self._transports[first.name].address)
+        workdirs = {n.name: expand_home(n.workdir, homes[n.name]) for n in cfg.nodes}
+        script_paths = None
+        if cfg.job.script is not None and not cfg.job.module:
+            base = os.path.basename(cfg.job.script)
+            script_paths = {n.name: f"{workdirs[n.name]}/.ddptui/runs/{self.run_id}/"
+                            f"node{self._plan_rank(n)}/{base}" for n in cfg.nodes}
+        self.plan = make_plan(cfg, self.run_id, workdirs=workdirs, rdzv_host=rdzv_host,
+                              worker_module=WORKER_PACKAGE, script_paths=script_paths)
+        self.store.set_run(world_size=self.plan.world_size)
+        self._write_meta(
+            world_size=self.plan.world_size,
+            nodes={nl.node.name: {"name": nl.node.name, "node_rank": nl.node_rank,
+                                  "run_dir": nl.run_dir, "pgid": None}
+                   for nl in self.plan.nodes})
+        launches = list(self.plan.nodes)
+        errs = [e for e in _each(launches, self._upload) if e is not None]
+        if errs:
+            self._abort([str(e) for e in errs], cleanup=True)
+        errs = [e for e in _each(launches, self._start) if e is not None]
+        if errs:
+            self._abort([str(e) for e in errs], cleanup=True, kill=True)
+        self._write_meta(status="running")
+        self.store.set_run(status="running")
+        self._start_following({})
+
+    def _plan_rank(self, node: NodeConfig) -> int:
+        if self.config.rendezvous.backend == "static" and node.node_rank is not None:
+            return node.node_rank
+        return list(self.config.nodes).index(node)
+
+    def _connect_and_probe(self, node: NodeConfig) -> str:
+        t, _probe, home = probe_node(node, self.config)
+        self._transports[node.name] = t
+        return home
+
+    def _upload(self, nl: Any) -> Exception | None:
+        name = nl.node.name
+        t = self._transports[name]
+        try:
+            self._node_state(name, NodeStatus.UPLOADING)
+            dirs = [nl.run_dir, f"{nl.run_dir}/torchelastic"]
+            if self.config.job.script is None:
+                dirs.append(f"{nl.run_dir}/{WORKER_PACKAGE}")
+            res = t.run(nodeops.mkdir_cmd(*dirs), timeout=30)
+            if res.exit_code != 0:
+                raise LaunchError([f"node {name}: cannot create the run directory "
+                                   f"{nl.run_dir}: {res.stderr.strip()}"])
+            if self.config.job.script is None:
+                for f in worker_files():
+                    t.put_bytes(f.read_bytes(), f"{nl.run_dir}/{WORKER_PACKAGE}/{f.name}")
+            elif not self.config.job.module:
+                src = Path(self.config.job.script)
+                t.put_bytes(src.read_bytes(), f"{nl.run_dir}/{src.name}", 0o755)
+            t.put_bytes(nl.script.encode(), f"{nl.run_dir}/launch.sh", 0o755)
+            t.put_bytes(b"", f"{nl.run_dir}/node.log")
+        except Exception as e:
+            return e
+        return None
+
+    def _start(self, nl: Any) -> Exception | None:
+        name = nl.node.name
+        t = self._transports[name]
+        try:
+            self._node_state(name, NodeStatus.STARTING)
+            res = t.run(nodeops.start_cmd(nl.run_dir), timeout=30)
+            if res.exit_code != 0 or "started" not in res.stdout:
+                raise LaunchError([f"node {name}: could not start torchrun: "
+                                   f"{res.stderr.strip() or res.stdout.strip()}"])
+            deadline = time.monotonic() + 15
+            while True:
+                try:
+                    pgid = int(t.read_from(f"{nl.run_dir}/pgid", 0, 64).decode().strip())
+                    break
+                except (FileNotFoundError, ValueError):
+                    if time.monotonic() > deadline:
+                        raise LaunchError([f"node {name}: launch.sh did not start within 15 s"
+                                           f" (see {nl.run_dir}/node.log)"]) from None
+                    time.sleep(0.05)
+            self._pgids[name] = pgid
+            self._meta["nodes"][name]["pgid"] = pgid
+            self._node_state(name, NodeStatus.RUNNING, f"pgid {pgid}")
+        except Exception as e:
+            return e
+        return None
+
+    def _abort(self, problems: list[str], *, cleanup: bool, kill: bool = False) -> None:
+        """Undo a launch on every node, then raise: all or nothing."""
+        if kill and self.plan is not None:
+            self._stopping.set()
+            _each(list(self.plan.nodes), lambda nl: self._stop_node(nl.node.name, 2.0))
+        if cleanup and self.plan is not None:
+            def rm(nl: Any) -> None:
+                t = self._transports.get(nl.node.name)
+                if t is not None:
+                    t.run(nodeops.remove_cmd(nl.run_dir), timeout=30)
+            _each(list(self.plan.nodes), rm)
+        self._close_transports()
+        self.store.set_run(status="failed", message=problems[0], ended_at=time.time())
+        self._write_meta(status="failed", error=problems, ended_at=time.time())
+        self.store.close()
+        raise LaunchError(problems)
+
+    def _close_transports(self) -> None:
+        for t in self._transports.values():
+            with contextlib.suppress(Exception):
+                t.close()
+
+    # -- following -------------------------------------------------------------------------
+
+    def _start_following(self, parsers: dict[str, NodeLogParser]) -> None:
+        self._consumer = threading.Thread(target=self._consume, name="ddptui-consumer",
+                                          daemon=True)
+        self._consumer.start()
+        for node in self.config.nodes:
+            name = node.name
+            rank = self._rank_of(name)
+            f = NodeFollower(
+                node=name, node_rank=rank, python=node.python, run_id=self.run_id,
+                transport=self._transports[name], remote_dir=self._remote_dir(name),
+                raw_path=self.local_dir / "nodes" / f"{name}.log",
+                parser=parsers.get(name) or NodeLogParser(name), out=self._queue,
+                pgid=self._pgids.get(name), stopping=self._stopping,
+                reconnect=lambda node=node: self._reconnect(node), poll=self.poll)
+            self._followers[name] = f
+            f.start()
+
+    def _reconnect(self, node: NodeConfig) -> Transport:
+        t = self._transport(node)
+        old = self._transports.get(node.name)
+        self._transports[node.name] = t
+        if old is not None:
+            with contextlib.suppress(Exception):
+                old.close()
+        return t
+
+    def _consume(self) -> None:
+        total = len(self.config.nodes)
+        while True:
+            try:
+                first = self._queue.get(timeout=0.1)
+            except queue.Empty:
+                if all(f.halt.is_set() for f in self._followers.values()) and self._followers:
+                    return
+                continue
+            items = [first]
+            deadline = time.monotonic() + 0.02
+            while len(items) < 500 and time.monotonic() < deadline:
+                try:
+                    items.append(self._queue.get_nowait())
+                except queue.Empty:
+                    time.sleep(0.002)
+            self._apply(items)
+            if len(self._finished) == total:
+                self._conclude()
+                return
+
+    def _apply(self, items: list[Batch | Finished]) -> None:
+        events: list[Any] = []
+        raw_done: dict[str, int] = {}
+        for item in items:
+            if isinstance(item, Finished):
+                self._finished[item.node] = item
+                continue
+            events.extend(item.events)
+            raw_done.update(item.raw_done)
+        if events or raw_done:
+            self.store.apply(events, raw_done)
+        for item in items:
+            if isinstance(item, Batch):
+                for fn in self._listeners:
+                    fn(item)
+
+    def _conclude(self) -> None:
+        codes = {n: f.exit_code for n, f in self._finished.items()}
+        stopped = self._stopping.is_set()
+        failures = self.store.failure_list()
+        if stopped:
+            code = 130
+        elif all(c == 0 for c in codes.values()):
+            code = 0
+        else:
+            code = 255
+            order = [f.node for f in failures] + [n.name for n in self.config.nodes]
+            for name in order:
+                c = codes.get(name)
+                if c != 0:
+                    code = 255 if c is None else (c if 0 < c < 256 else 1)
+                    break
+        self.result = RunResult(code, failures, codes, stopped)
+        status = "stopped" if stopped else ("finished" if code == 0 else "failed")
+        now = time.time()
+        self.store.set_run(status=status, exit_code=code, ended_at=now)
+        self._write_meta(status=status, exit_code=code, ended_at=now, node_exit_codes=codes)
+        self.store.close()
+        self._close_transports()
+        self._done.set()
+
+    def wait(self, timeout: float | None = None) -> RunResult | None:
+        self._done.wait(timeout)
+        return self.result
+
+    # -- stop / detach ---------------------------------------------------------------------
+
+    def _stop_node(self, name: str, grace: float) -> list[int]:
+        node = self._node(name)
+        t = self._transports.get(name)
+        if t is None:
+            t = self._reconnect(node)
+        res = t.run(nodeops.stop_cmd(node.python, self.run_id, self._rank_of(name), grace,
+                                     self._pgids.get(name)), timeout=grace + 60)
+        parsed = nodeops.parse_stop(res.stdout)
+        if parsed is None:
+            raise TransportError(name, f"node {name}: the stop command failed (exit code "
+                                       f"{res.exit_code}): {res.stderr.strip()}")
+        if parsed.killed:
+            self._say(name, f"{len(parsed.killed)} process(es) ignored SIGTERM for {grace:g} s "
+                            "and were killed", Level.WARNING)
+        return parsed.leftover
+
+    def stop(self, grace: float | None = None) -> StopReport:
+        """SIGTERM every process of the run on every node, then SIGKILL after ``grace``."""
+        grace = self.config.job.stop_grace if grace is None else grace
+        self._stopping.set()
+        self.store.set_run(status="stopping")
+        names = [n.name for n in self.config.nodes]
+        for n in names:
+            if n not in self._finished:
+                self._node_state(n, NodeStatus.STOPPING, f"SIGTERM, then SIGKILL after {grace:g} s")
+        report = StopReport()
+        for name, res in zip(names, _each(names, lambda n: self._stop_node(n, grace)),
+                             strict=True):
+            if isinstance(res, Exception):
+                report.errors[name] = str(res)
+            else:
+                report.leftover[name] = res
+        if self._consumer is not None:
+            self._done.wait(grace + 15)
+        else:
+            self._conclude_without_followers(report)
+        return report
+
+    def _conclude_without_followers(self, report: StopReport) -> None:
+        for n in self.config.nodes:
+            if n.name not in report.errors:
+                self._node_state(n.name, NodeStatus.STOPPED, "stopped")
+                self._finished[n.name] = Finished(n.name, NodeStatus.STOPPED, None)
+        if not self._done.is_set():
+            self._conclude()
+
+    def detach(self) -> None:
+        """Stop following; the job goes on, and ``ddptui attach`` picks it up again."""
+        for f in self._followers.values():
+            f.halt.set()
+        for f in self._followers.values():
+            f.join(timeout=10)
+        if self._consumer is not None:
+            self._consumer.join(timeout=10)
+        self._close_transports()
+        self.store.close()
+
+    def list_pids(self) -> dict[str, list[int]]:
+        """Every live process of the run on every node (for tests and `ddptui check`)."""
+        def one(node: NodeConfig) -> list[int]:
+            t = self._transports.get(node.name) or self._reconnect(node)
+            res = t.run(nodeops.list_cmd(node.python, self.run_id, self._rank_of(node.name)),
+                        timeout=60)
+            return list(json.loads(res.stdout.strip().splitlines()[-1]))
+        nodes = list(self.config.nodes)
+        return {n.name: r if isinstance(r, list) else [] for n, r in
+                zip(nodes, _each(nodes, one), strict=True)}
+
+    # -- attach ----------------------------------------------------------------------------
+
+    @classmethod
+    def attach(cls, run_id: str, *, state_root: Path | None = None, poll: float = 0.2,
+               follow: bool = True) -> Controller:
+        """Reopen a run: rebuild the store from the local mirror, resume every node's log."""
+        root = resolve_state_root(state_root)
+        try:
+            meta = read_run(root, run_id)
+        except (OSError, ValueError) as e:
+            raise LaunchError([f"no run {run_id!r} under {root / 'runs'} ({e}); "
+                               "`ddptui logs` lists the runs there"]) from None
+        config = config_from_dict(meta["config"])
+        ctl = cls(config, state_root=root, run_id=run_id, poll=poll)
+        ctl._meta = dict(meta)
+        ctl._meta["nodes"] = {n["name"]: n for n in meta.get("nodes", [])}
+        if not ctl._meta["nodes"]:
+            raise LaunchError([f"run {run_id} never started on any node "
+                               f"(status {meta.get('status')})"])
+        ctl._pgids = {n: v.get("pgid") for n, v in ctl._meta["nodes"].items()}
+        parsers = ctl._replay()
+        ctl.store.set_run(run_id=run_id, status="running", started_at=meta.get("started_at"),
+                          world_size=meta.get("world_size"))
+        errors = _each(list(config.nodes), ctl._reconnect)
+        problems = [str(e) for e in errors if isinstance(e, Exception)]
+        if problems:
+            ctl._close_transports()
+            raise LaunchError(problems)
+        if follow:
+            ctl._start_following(parsers)
+        return ctl
+
+    def _replay(self) -> dict[str, NodeLogParser]:
+        """Rebuild memory from the raw copies; mirror only what the checkpoint lacks."""
+        self.store.close()
+        raw_done = Store.recover(self.local_dir)
+        self.store = Store(self.local_dir)
+        for i, n in enumerate(self.config.nodes):
+            self.store.add_node(n.name, i)
+        parsers: dict[str, NodeLogParser] = {}
+        for node in self.config.nodes:
+            path = self.local_dir / "nodes" / f"{node.name}.log"
+            parser = parsers[node.name] = NodeLogParser(node.name)
+            if not path.exists():
+                continue
+            data = path.read_bytes()
+            whole, rest = split_complete(data)
+            if rest:  # a torn write from a killed controller: read those bytes again
+                with open(path, "r+b") as f:
+                    f.truncate(len(whole))
+            done = min(raw_done.get(node.name, 0), len(whole))
+            now = time.time()
+            self.store.apply(parse_chunk(parser, whole[:done], now), mirror=False)
+            self.store.apply(parse_chunk(parser, whole[done:], now), {node.name: len(whole)})
+        return parsers
+
+

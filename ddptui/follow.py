@@ -1,0 +1,231 @@
+"""Following one node's ``node.log``: one thread per node, bytes in, event batches out.
+
+The local raw copy is the source of truth for "how far have we read": only whole lines are
+appended to it, so its size is always a valid remote offset, and ``ddptui attach`` resumes
+from there with nothing lost or read twice. Partial lines wait in memory until their newline
+arrives (or the job ends).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ddptui import nodeops
+from ddptui.events import (
+    Event,
+    Level,
+    LogLine,
+    NodeLogParser,
+    NodeState,
+    NodeStatus,
+    Source,
+    ssh_line,
+)
+from ddptui.transport.base import Transport, TransportError
+
+CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Batch:
+    node: str
+    events: list[Event]
+    raw_done: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Finished:
+    node: str
+    status: NodeStatus
+    exit_code: int | None
+
+
+def split_complete(buf: bytes) -> tuple[bytes, bytes]:
+    """(whole lines, remainder) of a buffer."""
+    i = buf.rfind(b"\n")
+    return (b"", buf) if i < 0 else (buf[: i + 1], buf[i + 1:])
+
+
+def parse_chunk(parser: NodeLogParser, data: bytes, now: float) -> list[Event]:
+    events: list[Event] = []
+    for raw in data.split(b"\n"):
+        if raw:
+            events.extend(parser.feed(raw.decode("utf-8", "replace"), now))
+    return events
+
+
+class NodeFollower(threading.Thread):
+    def __init__(
+        self,
+        *,
+        node: str,
+        node_rank: int,
+        python: str,
+        run_id: str,
+        transport: Transport,
+        remote_dir: str,
+        raw_path: Path,
+        parser: NodeLogParser,
+        out: queue.Queue[Batch | Finished],
+        pgid: int | None,
+        stopping: threading.Event,
+        reconnect: Callable[[], Transport],
+        poll: float = 0.2,
+        lost_timeout: float = 300.0,
+    ) -> None:
+        super().__init__(name=f"follow-{node}", daemon=True)
+        self.node = node
+        self.node_rank = node_rank
+        self.python = python
+        self.run_id = run_id
+        self.transport = transport
+        self.remote_dir = remote_dir
+        self.raw_path = raw_path
+        self.parser = parser
+        self.out = out
+        self.pgid = pgid
+        self.stopping = stopping
+        self.reconnect = reconnect
+        self.poll = poll
+        self.lost_timeout = lost_timeout
+        self.halt = threading.Event()  # detach: stop following, leave the job alone
+        self.offset = raw_path.stat().st_size if raw_path.exists() else 0
+        self._buf = b""
+        self._status = NodeStatus.RUNNING
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _emit(self, events: list[Event]) -> None:
+        if events:
+            self.out.put(Batch(self.node, events, {self.node: self.offset}))
+
+    def _state(self, status: NodeStatus, detail: str = "", exit_code: int | None = None) -> None:
+        self._status = status
+        self._emit([NodeState(self.node, status, time.time(), detail, self.pgid, exit_code,
+                              self.parser.attempt)])
+
+    def _read_some(self, raw: object) -> bool:
+        """Read what is new; True when anything arrived."""
+        try:
+            data = self.transport.read_from(f"{self.remote_dir}/node.log",
+                                            self.offset + len(self._buf), CHUNK)
+        except FileNotFoundError:
+            return False
+        if not data:
+            return False
+        complete, self._buf = split_complete(self._buf + data)
+        if complete:
+            raw.write(complete)  # type: ignore[attr-defined]
+            raw.flush()  # type: ignore[attr-defined]
+            self.offset += len(complete)
+            events = parse_chunk(self.parser, complete, time.time())
+            if self._status is NodeStatus.RESTARTING and any(
+                isinstance(e, LogLine) and e.source is Source.WORKER for e in events
+            ):
+                events.append(NodeState(self.node, NodeStatus.RUNNING, time.time(),
+                                        f"attempt {self.parser.attempt}", self.pgid, None,
+                                        self.parser.attempt))
+            for e in events:
+                if isinstance(e, NodeState):
+                    self._status = e.status
+            self._emit(events)
+        return True
+
+    def _drain(self, raw: object) -> None:
+        while self._read_some(raw):
+            pass
+        if self._buf:  # the job is over: a last line without its newline is still a line
+            raw.write(self._buf)  # type: ignore[attr-defined]
+            raw.flush()  # type: ignore[attr-defined]
+            self.offset += len(self._buf)
+            events = parse_chunk(self.parser, self._buf, time.time())
+            self._buf = b""
+            self._emit(events)
+
+    def _exit_code(self) -> int | None:
+        try:
+            data = self.transport.read_from(f"{self.remote_dir}/exit_code", 0, 64)
+        except FileNotFoundError:
+            return None
+        text = data.decode().strip()
+        return int(text) if text.lstrip("-").isdigit() else None
+
+    def _alive(self) -> bool:
+        if self.pgid is None:
+            return True
+        return self.transport.run(nodeops.alive_cmd(self.pgid), timeout=15).exit_code == 0
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def run(self) -> None:
+        with open(self.raw_path, "ab") as raw:
+            try:
+                self._follow(raw)
+            except Exception as e:  # a bug must not vanish with the thread
+                self._emit([ssh_line(self.node, f"follower crashed: {e!r}", time.time(),
+                                     Level.ERROR)])
+                self.out.put(Finished(self.node, NodeStatus.LOST, None))
+
+    def _follow(self, raw: object) -> None:
+        next_check = 0.0
+        next_alive = time.monotonic() + 2.0
+        lost_since: float | None = None
+        while not self.halt.is_set():
+            try:
+                got = self._read_some(raw)
+                if lost_since is not None:
+                    lost_since = None
+                    self._state(NodeStatus.STOPPING if self.stopping.is_set()
+                                else NodeStatus.RUNNING, "reconnected")
+                if got:
+                    continue
+                now = time.monotonic()
+                if now >= next_check:
+                    next_check = now + 0.5
+                    code = self._exit_code()
+                    if code is not None:
+                        self._drain(raw)
+                        self._finish(code)
+                        return
+                    if now >= next_alive:
+                        next_alive = now + 2.0
+                        if not self._alive():
+                            code = self._exit_code()
+                            self._drain(raw)
+                            self._finish(code)
+                            return
+            except (TransportError, OSError, EOFError) as e:
+                if isinstance(e, FileNotFoundError):
+                    raise
+                if lost_since is None:
+                    lost_since = time.monotonic()
+                    self._state(NodeStatus.LOST, f"connection lost: {e}")
+                if time.monotonic() - lost_since > self.lost_timeout:
+                    self.out.put(Finished(self.node, NodeStatus.LOST, None))
+                    return
+                if self.halt.wait(2.0):
+                    return
+                with contextlib.suppress(TransportError, OSError, EOFError):
+                    self.transport = self.reconnect()
+                continue
+            self.halt.wait(self.poll)
+
+    def _finish(self, code: int | None) -> None:
+        if self.stopping.is_set():
+            status = NodeStatus.STOPPED
+            detail = "stopped" if code is None else f"stopped (exit code {code})"
+        elif code is None:
+            status = NodeStatus.LOST
+            detail = "the launcher is gone and left no exit code (killed from outside?)"
+        elif code == 0:
+            status, detail = NodeStatus.EXITED, "exit code 0"
+        else:
+            status, detail = NodeStatus.FAILED, f"exit code {code}"
+        self._state(status, detail, code)
+        self.out.put(Finished(self.node, status, code))

@@ -1,0 +1,121 @@
+"""The headless face: every line, prefixed with its node and global rank, on stdout.
+
+It prints from the controller's consumer thread through a listener, so it sees every line
+in order (the store's rings are for screens, which may skip; a log printer may not).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+from ddptui.controller import Controller, RunResult
+from ddptui.events import Failure, LogLine, Metric, NodeState, Source
+from ddptui.follow import Batch
+from ddptui.store import Store
+
+
+def line_prefix(line: LogLine) -> str:
+    if line.rank is not None:
+        tag = f"r{line.rank}" if line.source is not Source.NCCL else f"r{line.rank} nccl"
+    else:
+        tag = {"agent": "agent", "nccl": "nccl", "ssh": "ddptui"}.get(str(line.source), "")
+    return f"[{line.node} {tag}]"
+
+
+def format_line(line: LogLine) -> str:
+    return f"{line_prefix(line)} {line.text}"
+
+
+def format_state(ev: NodeState) -> str:
+    detail = f" ({ev.detail})" if ev.detail else ""
+    return f"[{ev.node}] ── {ev.status}{detail}"
+
+
+class Printer:
+    def __init__(self, out: TextIO = sys.stdout, *, metrics: bool = True) -> None:
+        self.out = out
+        self.metrics = metrics
+
+    def __call__(self, batch: Batch) -> None:
+        parts: list[str] = []
+        for ev in batch.events:
+            if isinstance(ev, LogLine):
+                parts.append(format_line(ev))
+            elif isinstance(ev, NodeState):
+                parts.append(format_state(ev))
+            elif isinstance(ev, Metric) and self.metrics:
+                vals = " ".join(f"{k}={v:.4g}" for k, v in ev.values.items()
+                                if k not in ("attempt", "seq"))
+                step = f" step={ev.step}" if ev.step is not None else ""
+                parts.append(f"[{ev.node} r{ev.rank}] @{ev.kind}{step} {vals}")
+            elif isinstance(ev, Failure):
+                parts.append(format_failure_head(ev))
+        if parts:
+            self.out.write("\n".join(parts) + "\n")
+            self.out.flush()
+
+
+def format_failure_head(f: Failure) -> str:
+    rank = f"rank {f.rank}" if f.rank is not None else "a rank"
+    how = f"exit code {f.exit_code}" if f.exit_code is not None else "no exit code"
+    if f.signal:
+        how += f" ({f.signal})"
+    return f"[{f.node}] ✗ {rank} failed: {how}: {f.root_cause}"
+
+
+def failure_report(store: Store, result: RunResult, tail: int = 10) -> str:
+    """Why the run failed, for a person: which node, which rank, how, and its last lines."""
+    out: list[str] = []
+    failures = result.failures
+    if failures:
+        seen: set[tuple[str, int | None]] = set()
+        for f in failures:
+            if (f.node, f.rank) in seen:
+                continue
+            seen.add((f.node, f.rank))
+            out.append(f"ddptui: node {f.node}, {format_failure_head(f).split('] ✗ ', 1)[1]}")
+            if f.error_file:
+                out.append(f"  error file on {f.node}: {f.error_file}")
+            if f.rank is not None:
+                lines = store.rank_tail(f.rank, tail)
+                if lines:
+                    out.append(f"  last lines of rank {f.rank}:")
+                    out.extend(f"    {ln.text}" for ln in lines)
+    for node, code in result.node_exit_codes.items():
+        if code not in (0, None) and not any(f.node == node for f in failures):
+            out.append(f"ddptui: node {node} exited with code {code}")
+        elif code is None and not result.stopped:
+            out.append(f"ddptui: node {node} was lost: no exit code could be read")
+    return "\n".join(out)
+
+
+def run_headless(ctl: Controller, out: TextIO = sys.stdout) -> int:
+    """Follow a launched or attached controller to its end; Ctrl-C stops the run cleanly."""
+    try:
+        result = None
+        while result is None:
+            result = ctl.wait(0.5)
+    except KeyboardInterrupt:
+        out.write(f"\nddptui: stopping run {ctl.run_id} (Ctrl-C again to kill at once)\n")
+        out.flush()
+        try:
+            report = ctl.stop()
+        except KeyboardInterrupt:
+            report = ctl.stop(grace=0)
+        result = ctl.wait(30)
+        if not report.clean:
+            for node, err in report.errors.items():
+                out.write(f"ddptui: could not stop node {node}: {err}\n")
+            for node, pids in report.leftover.items():
+                if pids:
+                    out.write(f"ddptui: node {node} still has processes {pids}\n")
+            return 1
+    if result is None:
+        return 1
+    if result.exit_code != 0 and not result.stopped:
+        out.write(failure_report(ctl.store, result) + "\n")
+    out.write(f"ddptui: run {ctl.run_id} {ctl.store.run_info().status}, exit code "
+              f"{result.exit_code}\n")
+    out.flush()
+    return result.exit_code

@@ -1,0 +1,71 @@
+"""The node commands run for real through sh, here, against processes of our own."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from ddptui import nodeops
+from ddptui.follow import split_complete
+
+
+def sh(cmd: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=timeout)
+
+
+def test_probe_reports_python_and_torch() -> None:
+    res = sh(nodeops.probe_cmd(sys.executable))
+    probe = nodeops.parse_probe(res.stdout)
+    assert res.returncode == 0 and probe is not None
+    assert probe.torch and probe.torch.startswith("2.")
+
+
+def test_probe_of_a_missing_interpreter_exits_127() -> None:
+    res = sh(nodeops.probe_cmd("/no/such/python; touch /tmp/ddptui-pwned"))
+    assert res.returncode == 127 and "no such interpreter" in res.stderr
+    assert not os.path.exists("/tmp/ddptui-pwned")
+
+
+def test_stop_kills_marked_processes_in_other_sessions_too() -> None:
+    env = dict(os.environ, DDPTUI_RUN="r1/0")
+    ignore_term = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                   "time.sleep(60)")
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env,
+                              start_new_session=True),
+             subprocess.Popen([sys.executable, "-c", ignore_term], env=env,
+                              start_new_session=True)]
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             env=dict(os.environ, DDPTUI_RUN="r1/1"), start_new_session=True)
+    try:
+        time.sleep(0.3)
+        listed = nodeops.parse_stop('{"found": [], "killed": [], "leftover": []}')
+        assert listed is not None
+        res = sh(nodeops.list_cmd(sys.executable, "r1", 0))
+        assert sorted(json.loads(res.stdout)) == sorted(p.pid for p in procs)
+        res = sh(nodeops.stop_cmd(sys.executable, "r1", 0, 1.0, None), timeout=30)
+        out = nodeops.parse_stop(res.stdout)
+        assert out is not None and out.leftover == []
+        assert procs[1].pid in out.killed and procs[0].pid not in out.killed
+        for p in procs:
+            assert p.wait(timeout=5) is not None
+        assert other.poll() is None  # another node's processes are not ours to stop
+    finally:
+        for p in [*procs, other]:
+            p.kill()
+            p.wait(timeout=5)
+
+
+def test_quoting_of_paths() -> None:
+    weird = "/tmp/ddptui test/$(touch x); 'q'"
+    assert nodeops.mkdir_cmd(weird).startswith("mkdir -p -- '")
+    res = sh(f"printf %s {nodeops.remove_cmd(weird).split('-- ', 1)[1]}")
+    assert res.stdout == weird
+
+
+def test_split_complete() -> None:
+    assert split_complete(b"a\nb\nc") == (b"a\nb\n", b"c")
+    assert split_complete(b"abc") == (b"", b"abc")
+    assert split_complete(b"a\n") == (b"a\n", b"")

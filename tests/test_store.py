@@ -1,0 +1,70 @@
+"""The store's bounded views and its exactly-once disk mirror."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ddptui.events import Failure, LogLine, Metric, NodeState, NodeStatus
+from ddptui.store import Store
+
+
+def line(rank: int, text: str, node: str = "a") -> LogLine:
+    return LogLine(node, text, 0.0, rank=rank, local_rank=rank)
+
+
+def test_rings_are_bounded_and_cursor_reports_skips() -> None:
+    s = Store(ring_lines=10, rank_lines=3)
+    s.apply([line(i % 2, f"l{i}") for i in range(25)])
+    assert s.seq == 25
+    got, cur, skipped = s.lines_since(0)
+    assert cur == 25 and skipped == 15 and got[0].text == "l15"
+    got, cur, skipped = s.lines_since(20, limit=2)
+    assert [x.text for x in got] == ["l23", "l24"] and skipped == 3
+    assert s.lines_since(25) == ([], 25, 0)
+    assert [x.text for x in s.rank_tail(0)] == ["l20", "l22", "l24"]
+
+
+def test_node_states_ranks_metrics_failures() -> None:
+    s = Store()
+    s.add_node("a", 0)
+    s.apply([
+        NodeState("a", NodeStatus.RUNNING, 1.0, pid=42),
+        line(0, "x"),
+        Metric("a", 0, "metric", 10, {"loss": 2.0, "step_time_s": 0.5}, 2.0),
+        Metric("a", 0, "metric", 20, {"loss": 1.0, "step_time_s": 0.4}, 3.0),
+        Metric("a", 0, "eval", 20, {"eval_loss": 1.5}, 3.0),
+        Failure("a", 0, 1, None, "ValueError: x", 4.0),
+        NodeState("a", NodeStatus.FAILED, 5.0, exit_code=1),
+    ])
+    (n,) = s.node_views()
+    assert (n.status, n.pid, n.exit_code, n.ranks) == (NodeStatus.FAILED, 42, 1, {0})
+    assert s.series(0, "loss") == ([10, 20], [2.0, 1.0])
+    assert s.series(0, "eval_loss") == ([20], [1.5])
+    (r,) = s.rank_views()
+    assert (r.last_step, r.loss, r.step_time_s) == (20, 1.0, 0.4)
+    assert s.failure_list()[0].root_cause == "ValueError: x"
+
+
+def test_mirror_writes_rank_logs_and_recover_truncates_to_checkpoint(tmp_path: Path) -> None:
+    s = Store(tmp_path)
+    s.apply([line(0, "one"), line(1, "uno")], {"a": 100})
+    s.apply([Metric("a", 0, "metric", 1, {"loss": 1.0}, 0.0)], {"a": 150})
+    s.close()
+    assert (tmp_path / "ranks" / "rank0.log").read_text() == "one\n"
+    # a batch written after the last checkpoint (controller killed mid-way) is undone
+    with open(tmp_path / "ranks" / "rank0.log", "a") as f:
+        f.write("torn\n")
+    (tmp_path / "ranks" / "rank9.log").write_text("orphan\n")
+    assert Store.recover(tmp_path) == {"a": 150}
+    assert (tmp_path / "ranks" / "rank0.log").read_text() == "one\n"
+    assert not (tmp_path / "ranks" / "rank9.log").exists()
+    rec = json.loads((tmp_path / "metrics.jsonl").read_text())
+    assert rec["loss"] == 1.0 and rec["rank"] == 0
+
+
+def test_replay_without_mirror_writes_nothing(tmp_path: Path) -> None:
+    s = Store(tmp_path)
+    s.apply([line(0, "one")], mirror=False)
+    assert not (tmp_path / "ranks" / "rank0.log").exists()
+    assert s.rank_tail(0)[0].text == "one"

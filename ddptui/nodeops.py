@@ -144,7 +144,7 @@ def start_cmd(run_dir: str) -> str:
 
 def alive_cmd(pgid: int) -> str:
     """Exit 0 while any process of the group lives."""
-    return f"kill -0 -- -{int(pgid)} 2>/dev/null"
+    return f"kill -0 -{int(pgid)} 2>/dev/null"  # dash has no `--` for kill
 
 
 def remove_cmd(path: str) -> str:

@@ -69,3 +69,13 @@ def test_split_complete() -> None:
     assert split_complete(b"a\nb\nc") == (b"a\nb\n", b"c")
     assert split_complete(b"abc") == (b"", b"abc")
     assert split_complete(b"a\n") == (b"a\n", b"")
+
+
+def test_alive_reports_a_live_group_and_a_dead_one() -> None:
+    p = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        assert sh(nodeops.alive_cmd(p.pid)).returncode == 0
+    finally:
+        p.kill()
+        p.wait(timeout=5)
+    assert sh(nodeops.alive_cmd(p.pid)).returncode != 0

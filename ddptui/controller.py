@@ -174,6 +174,7 @@ class Controller:
         self._done = threading.Event()
         self._consumer: threading.Thread | None = None
         self._listeners: list[Callable[[Batch], None]] = []
+        self._publish_lock = threading.Lock()
         self._meta: dict[str, Any] = {}
 
     # -- small pieces ----------------------------------------------------------------------
@@ -198,9 +199,10 @@ class Controller:
         if self._consumer is not None and self._consumer.is_alive():
             self._queue.put(batch)
             return
-        self.store.apply(batch.events, batch.raw_done)
-        for fn in self._listeners:
-            fn(batch)
+        with self._publish_lock:  # launch threads publish at once before the consumer runs
+            self.store.apply(batch.events, batch.raw_done)
+            for fn in self._listeners:
+                fn(batch)
 
     def _node(self, name: str) -> NodeConfig:
         return next(n for n in self.config.nodes if n.name == name)

@@ -89,7 +89,8 @@ class Store:
         series_points: int = 20_000,
     ) -> None:
         self.run_dir = run_dir
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # readers vs the writer, held briefly
+        self._write_lock = threading.Lock()  # writers among themselves, held across disk I/O
         self._lines: deque[LogLine] = deque(maxlen=ring_lines)
         self._seq = 0  # number of lines ever applied; the seq of the newest line
         self._rank_lines: dict[int, deque[LogLine]] = {}
@@ -129,12 +130,13 @@ class Store:
 
         ``mirror=False`` is for replaying what the disk mirror already holds.
         """
-        with self._lock:
-            for ev in events:
-                self._apply_one(ev)
-            self.version += 1
-        if self._mirror is not None and mirror:
-            self._mirror.write(events, raw_done or {})
+        with self._write_lock:
+            with self._lock:
+                for ev in events:
+                    self._apply_one(ev)
+                self.version += 1
+            if self._mirror is not None and mirror:
+                self._mirror.write(events, raw_done or {})
 
     def _apply_one(self, ev: Event) -> None:
         if isinstance(ev, LogLine):
@@ -272,8 +274,9 @@ class Store:
         return None if self.run_dir is None else self.run_dir / "nodes" / f"{node}.log"
 
     def close(self) -> None:
-        if self._mirror is not None:
-            self._mirror.close()
+        with self._write_lock:
+            if self._mirror is not None:
+                self._mirror.close()
 
     # -- recovery --------------------------------------------------------------------------
 

@@ -1,0 +1,254 @@
+"""Pure planning: a validated hosts file plus a run id becomes one launch per node.
+
+Everything the controller needs to start a node (its torchrun argv, the environment ddptui
+adds, the run directory and the ``launch.sh`` that ties them together) is decided here, with
+no I/O and no clock, so that every quoting and flag decision is tested without a cluster.
+Whatever the node's home directory is, the controller asks the node and passes absolute
+workdirs in; whatever address the rendezvous lives at, the controller resolves it.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from ddptui import events
+from ddptui.config import HostsConfig, NodeConfig
+
+#: torchrun's module; ``python -m`` it so the node's ``python`` decides which torch runs.
+TORCHRUN_MODULE = "torch.distributed.run"
+#: Where every run lives under a node's workdir.
+RUNS_SUBDIR = ".ddptui/runs"
+#: launch.sh exits with this when the run dir is gone: no torchrun was started.
+EXIT_NO_RUN_DIR = 97
+
+_RUN_ID_RE = re.compile(r"[A-Za-z0-9._-]+\Z")
+_RAND_RE = re.compile(r"[A-Za-z0-9._-]+\Z")
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+@dataclass(frozen=True)
+class NodeLaunch:
+    node: NodeConfig
+    node_rank: int
+    run_dir: str  # absolute on the node: <workdir>/.ddptui/runs/<run_id>/node<node_rank>
+    argv: tuple[str, ...]  # [python, "-m", "torch.distributed.run", *flags, entry..., *args]
+    env: dict[str, str]  # only what ddptui sets (not the node's whole environment)
+    script: str  # the launch.sh text
+
+    @property
+    def log_dir(self) -> str:
+        """torchrun's ``--log-dir``: per-rank stdout/stderr and ``error.json`` files."""
+        return posixpath.join(self.run_dir, "torchelastic")
+
+
+@dataclass(frozen=True)
+class Plan:
+    run_id: str
+    nodes: tuple[NodeLaunch, ...]  # in node_rank order
+    world_size: int | None  # when every nproc_per_node is an int, else None
+
+    def for_node(self, name: str) -> NodeLaunch:
+        for launch in self.nodes:
+            if launch.node.name == name:
+                return launch
+        raise KeyError(name)
+
+
+def expand_home(path: str, home: str) -> str:
+    """``~`` and ``~/x`` against the node's home; anything else is returned unchanged.
+
+    Only the login user's home is known (the transport asks the node), so ``~other`` stays.
+    """
+    if path != "~" and not path.startswith("~/"):
+        return path
+    base = home.rstrip("/") or "/"
+    rest = path[2:]
+    return posixpath.join(base, rest) if rest else base
+
+
+def new_run_id(now: datetime, rand: str) -> str:
+    """Sortable by time (UTC when ``now`` knows its zone) and safe in paths and shells."""
+    if not _RAND_RE.match(rand):
+        raise ValueError(f"run id suffix must match [A-Za-z0-9._-]+, not {rand!r}")
+    if now.tzinfo is not None:
+        now = now.astimezone(UTC)
+    return f"{now:%Y%m%d-%H%M%S}-{rand}"
+
+
+def run_dir(workdir: str, run_id: str, node_rank: int) -> str:
+    return posixpath.join(workdir, RUNS_SUBDIR, run_id, f"node{node_rank}")
+
+
+def endpoint_host(host: str) -> str:
+    """torchrun wants IPv6 literals in brackets wherever a port may follow."""
+    if ":" in host and not host.startswith("["):
+        return f"[{host}]"
+    return host
+
+
+def make_plan(
+    config: HostsConfig,
+    run_id: str,
+    *,
+    workdirs: Mapping[str, str],
+    rdzv_host: str,
+    worker_module: str = "ddptui_worker",
+    script_paths: Mapping[str, str] | None = None,
+) -> Plan:
+    """One :class:`NodeLaunch` per node, in node-rank order.
+
+    ``workdirs`` (node name -> absolute workdir) and ``script_paths`` (node name -> the
+    uploaded user script there; default ``<run_dir>/<script's file name>``) come from the
+    controller because only it talks to the nodes.
+    """
+    if not _RUN_ID_RE.match(run_id):
+        raise ValueError(f"run id must match [A-Za-z0-9._-]+, not {run_id!r}")
+    if not rdzv_host or any(c.isspace() for c in rdzv_host):
+        raise ValueError(f"rendezvous host must be a host name or address, not {rdzv_host!r}")
+    launches = []
+    for node in config.ordered_nodes:
+        rank = config.node_rank(node)
+        workdir = workdirs.get(node.name)
+        if workdir is None or not workdir.startswith("/"):
+            raise ValueError(f"node {node.name!r} needs an absolute workdir, got {workdir!r}")
+        rdir = run_dir(workdir, run_id, rank)
+        entry = _entry(config, node, rdir, worker_module, script_paths)
+        argv = (
+            node.python, "-m", TORCHRUN_MODULE,
+            *torchrun_flags(config, node, rank, run_id, rdir, rdzv_host),
+            *entry, *config.job.args,
+        )
+        env = node_env(config, node, run_id, rank)
+        launches.append(NodeLaunch(node, rank, rdir, argv, env,
+                                   launch_script(run_id, node.name, rank, rdir, argv, env)))
+    counts = [n.nproc_per_node for n in config.nodes if isinstance(n.nproc_per_node, int)]
+    world = sum(counts) if len(counts) == len(config.nodes) else None
+    return Plan(run_id, tuple(launches), world)
+
+
+def torchrun_flags(
+    config: HostsConfig, node: NodeConfig, node_rank: int, run_id: str, rdir: str,
+    rdzv_host: str,
+) -> list[str]:
+    """Flags as named in torch/distributed/run.py; the fixed ``--nnodes N`` keeps it
+    non-elastic, which is what a fixed hosts file means."""
+    rdzv = config.rendezvous
+    job = config.job
+    flags = ["--nnodes", str(len(config.nodes)), "--nproc-per-node", str(node.nproc_per_node)]
+    rdzv_id = rdzv.id or run_id
+    if rdzv.backend == "c10d":
+        conf = [f"join_timeout={rdzv.join_timeout}"]
+        if rdzv.last_call_timeout is not None:
+            conf.append(f"last_call_timeout={rdzv.last_call_timeout}")
+        if rdzv.close_timeout is not None:
+            conf.append(f"close_timeout={rdzv.close_timeout}")
+        flags += [
+            "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", f"{endpoint_host(rdzv_host)}:{rdzv.effective_port}",
+            "--rdzv-id", rdzv_id,
+            "--rdzv-conf", ",".join(conf),
+        ]
+    else:
+        # static: the store lives on node rank 0 at master-addr:master-port, and torchrun
+        # passes --node-rank as the rendezvous "rank"; "timeout" is its join timeout.
+        flags += [
+            "--rdzv-backend", "static",
+            "--master-addr", endpoint_host(rdzv_host),
+            "--master-port", str(rdzv.effective_port),
+            "--node-rank", str(node_rank),
+            "--rdzv-id", rdzv_id,
+            "--rdzv-conf", f"timeout={rdzv.join_timeout}",
+        ]
+    flags += ["--max-restarts", str(job.max_restarts)]
+    if job.monitor_interval is not None:
+        flags += ["--monitor-interval", _number(job.monitor_interval)]
+    flags += ["--tee", "3", "--log-dir", posixpath.join(rdir, "torchelastic")]
+    if node.addr is not None:
+        flags += ["--local-addr", node.addr]
+    return flags
+
+
+def _entry(
+    config: HostsConfig, node: NodeConfig, rdir: str, worker_module: str,
+    script_paths: Mapping[str, str] | None,
+) -> list[str]:
+    job = config.job
+    if job.script is None:
+        return ["-m", worker_module]  # cwd is the run dir, where the worker is uploaded
+    if job.module:
+        return ["-m", job.script]
+    if script_paths is not None and node.name in script_paths:
+        return [script_paths[node.name]]
+    return [posixpath.join(rdir, posixpath.basename(job.script.replace("\\", "/")))]
+
+
+def node_env(config: HostsConfig, node: NodeConfig, run_id: str, node_rank: int) -> dict[str, str]:
+    """The hosts file's env for the node, then ddptui's own on top (later wins)."""
+    env = dict(node.env)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = events.PREFIX_TEMPLATE
+    env.setdefault("LOGLEVEL", "INFO")  # torchrun's agent logs restarts at INFO
+    env["DDPTUI_RUN"] = f"{run_id}/{node_rank}"
+    job = config.job
+    for key, value in (
+        ("NCCL_DEBUG", job.nccl_debug),
+        ("NCCL_DEBUG_SUBSYS", job.nccl_debug_subsys),
+        ("TORCH_DISTRIBUTED_DEBUG", job.torch_distributed_debug),
+        ("TORCH_CPP_LOG_LEVEL", job.torch_cpp_log_level),
+    ):
+        if value is not None:
+            env[key] = value
+    return env
+
+
+def quote(value: str) -> str:
+    """Always single-quoted, even when ``shlex.quote`` would leave it bare: one shape for
+    every value makes the script easy to read and to check, and ``shlex.split`` undoes it."""
+    return "'" + value.replace("'", "'\"'\"'") + "'"
+
+
+def _comment(text: str) -> str:
+    """A comment must stay one line: a newline in an argument would otherwise run code."""
+    return "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
+    )
+
+
+def launch_script(
+    run_id: str, name: str, node_rank: int, rdir: str, argv: tuple[str, ...],
+    env: Mapping[str, str],
+) -> str:
+    """The POSIX sh the controller starts detached with ``setsid sh launch.sh``.
+
+    It records its pid (= the process group, as a session leader) for ``stop``, and writes
+    the exit code through a rename so a reader never sees half of it.
+    """
+    for key in env:
+        if not _ENV_NAME_RE.match(key):
+            raise ValueError(f"not an environment variable name: {key!r}")
+    for value in (*argv, *env.values(), rdir):
+        if "\x00" in value:
+            raise ValueError("a NUL character cannot be passed to a process")
+    human = shlex.join(["torchrun", *argv[3:]])
+    lines = [
+        "#!/bin/sh",
+        _comment(f"# ddptui run {run_id}, node {name} (node rank {node_rank})"),
+        _comment(f"# {human}"),
+        f"cd {quote(rdir)} || exit {EXIT_NO_RUN_DIR}",
+        "echo $$ > pgid",
+        *(f"export {key}={quote(env[key])}" for key in sorted(env)),
+        " ".join(quote(a) for a in argv),
+        "rc=$?",
+        'echo "$rc" > exit_code.tmp && mv exit_code.tmp exit_code',
+        'exit "$rc"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))

@@ -1,0 +1,65 @@
+"""Shared fixtures. Keep each section small and say why it exists.
+
+Cluster fixtures (``@pytest.mark.cluster`` tests): real hosts in network namespaces with real
+OpenSSH sshd, from :mod:`tests.cluster`. They skip only on a developer machine without root
+(``CI`` unset); in CI, or as root, a cluster that cannot be built is a failure, not a skip.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from cluster import Cluster, ClusterFactory, environment_problem
+
+# -- cluster --------------------------------------------------------------------------------
+
+
+def _require_cluster_environment() -> None:
+    """Skip only where a cluster is impossible by design (no root, not CI); else let it fail."""
+    if os.geteuid() != 0 and not os.environ.get("CI"):
+        pytest.skip(f"cluster tests {environment_problem()}; they run as root and in CI")
+
+
+@pytest.fixture
+def cluster_factory(tmp_path: Path) -> Iterator[ClusterFactory]:
+    """``cluster_factory(k)`` builds a fresh K-host cluster torn down after the test.
+
+    For tests that break their cluster (stop a host, restart sshd with other settings).
+    """
+    _require_cluster_environment()
+    made: list[Cluster] = []
+
+    def make(k: int = 2) -> Cluster:
+        c = Cluster.create(tmp_path / f"cluster{len(made)}", k)
+        made.append(c)
+        return c
+
+    try:
+        yield make
+    finally:
+        errors = []
+        for c in reversed(made):
+            try:
+                c.close()
+            except Exception as exc:  # collect, so one bad teardown does not leak the rest
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
+@pytest.fixture(scope="module")
+def cluster2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A ready 2-host cluster (node1, node2) shared by one module; do not break it."""
+    _require_cluster_environment()
+    c = Cluster.create(tmp_path_factory.mktemp("cluster2"), 2)
+    try:
+        yield c
+    finally:
+        c.close()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import queue
 import secrets
 import threading
@@ -160,8 +159,8 @@ class Controller:
         (self.local_dir / "nodes").mkdir(parents=True, exist_ok=True)
         self.store = Store(self.local_dir)
         self.store.set_run(run_id=self.run_id)
-        for i, n in enumerate(config.nodes):
-            self.store.add_node(n.name, i)
+        for n in config.nodes:
+            self.store.add_node(n.name, config.node_rank(n))
         self.plan: Plan | None = None
         self.result: RunResult | None = None
         self.poll = poll
@@ -204,13 +203,8 @@ class Controller:
             for fn in self._listeners:
                 fn(batch)
 
-    def _node(self, name: str) -> NodeConfig:
-        return next(n for n in self.config.nodes if n.name == name)
-
     def _rank_of(self, name: str) -> int:
-        if self.plan is not None:
-            return next(nl.node_rank for nl in self.plan.nodes if nl.node.name == name)
-        return [n.name for n in self.config.nodes].index(name)
+        return self.config.node_rank(self.config.node(name))
 
     def _remote_dir(self, name: str) -> str:
         return self._meta["nodes"][name]["run_dir"]
@@ -255,17 +249,12 @@ class Controller:
                 self._node_state(node.name, NodeStatus.FAILED, msg.split("\n")[0])
         if problems:
             self._abort(problems, cleanup=False)
-        first = cfg.nodes[0]
+        first = cfg.rendezvous_node
         rdzv_host = (cfg.rendezvous.endpoint or first.addr
                      or self._transports[first.name].address)
         workdirs = {n.name: expand_home(n.workdir, homes[n.name]) for n in cfg.nodes}
-        script_paths = None
-        if cfg.job.script is not None and not cfg.job.module:
-            base = os.path.basename(cfg.job.script)
-            script_paths = {n.name: f"{workdirs[n.name]}/.ddptui/runs/{self.run_id}/"
-                            f"node{self._plan_rank(n)}/{base}" for n in cfg.nodes}
         self.plan = make_plan(cfg, self.run_id, workdirs=workdirs, rdzv_host=rdzv_host,
-                              worker_module=WORKER_PACKAGE, script_paths=script_paths)
+                              worker_module=WORKER_PACKAGE)
         self.store.set_run(world_size=self.plan.world_size)
         self._write_meta(
             world_size=self.plan.world_size,
@@ -282,11 +271,6 @@ class Controller:
         self._write_meta(status="running")
         self.store.set_run(status="running")
         self._start_following({})
-
-    def _plan_rank(self, node: NodeConfig) -> int:
-        if self.config.rendezvous.backend == "static" and node.node_rank is not None:
-            return node.node_rank
-        return list(self.config.nodes).index(node)
 
     def _connect_and_probe(self, node: NodeConfig) -> str:
         t, _probe, home = probe_node(node, self.config)
@@ -462,7 +446,7 @@ class Controller:
     # -- stop / detach ---------------------------------------------------------------------
 
     def _stop_node(self, name: str, grace: float) -> list[int]:
-        node = self._node(name)
+        node = self.config.node(name)
         t = self._transports.get(name)
         if t is None:
             t = self._reconnect(node)
@@ -566,8 +550,8 @@ class Controller:
         self.store.close()
         raw_done = Store.recover(self.local_dir)
         self.store = Store(self.local_dir)
-        for i, n in enumerate(self.config.nodes):
-            self.store.add_node(n.name, i)
+        for n in self.config.nodes:
+            self.store.add_node(n.name, self.config.node_rank(n))
         parsers: dict[str, NodeLogParser] = {}
         for node in self.config.nodes:
             path = self.local_dir / "nodes" / f"{node.name}.log"

@@ -1,0 +1,83 @@
+"""The embedded demo as a new user runs it, and bad hosts files as a careless one writes them."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from jobs import ddptui, marked_pids, run_id_of
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    state = tmp_path_factory.mktemp("state")
+    res = ddptui("run", str(ROOT / "hosts.example.yaml"), "--headless", state=state, timeout=400)
+    return res, state
+
+
+@pytest.mark.torchrun
+def test_example_runs_as_shipped(demo: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    res, state = demo
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    out = res.stdout
+    for rank, node in [(0, "local-a"), (1, "local-a"), (2, "local-b"), (3, "local-b")]:
+        assert re.search(rf"^\[{node} r{rank}\] @metric step=\d+ .*loss=", out, re.M), rank
+        assert re.search(rf"^\[{node} r{rank}\] @summary", out, re.M), rank
+    assert "ddptui: run" in out and "finished, exit code 0" in out
+    run_id = run_id_of(out)
+    metrics = [json.loads(x) for x in
+               (state / "runs" / run_id / "metrics.jsonl").read_text().splitlines()]
+    assert {m["rank"] for m in metrics if m["kind"] == "metric"} == {0, 1, 2, 3}
+    assert marked_pids(run_id) == []
+
+
+@pytest.mark.torchrun
+def test_logs_lists_and_prints_a_past_run(demo: tuple[subprocess.CompletedProcess[str], Path]
+                                          ) -> None:
+    res, state = demo
+    run_id = run_id_of(res.stdout)
+    listing = ddptui("logs", state=state)
+    assert listing.returncode == 0 and run_id in listing.stdout and "finished" in listing.stdout
+    rank = ddptui("logs", run_id, "--rank", "2", state=state)
+    assert rank.returncode == 0 and '@ddptui {"v": 1' in rank.stdout
+    node = ddptui("logs", run_id, "--node", "local-b", state=state)
+    assert node.returncode == 0 and "[local-b r3]" in node.stdout
+    missing = ddptui("logs", "no-such-run", state=state)
+    assert missing.returncode == 2 and "no run 'no-such-run'" in missing.stderr
+
+
+def test_check_probes_without_starting(tmp_path: Path) -> None:
+    res = ddptui("check", str(ROOT / "hosts.example.yaml"), state=tmp_path, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "node local-a" in res.stdout and "torch 2." in res.stdout
+    assert "2 node(s) ready" in res.stdout
+    assert not (tmp_path / "runs").exists()
+
+
+BAD = {
+    "yaml_syntax": ("nodes:\n  - host: a\n    port: [22\n", ["hosts.yaml:", "YAML"]),
+    "missing_nodes": ("defaults:\n  python: python3\n", ["nodes"]),
+    "wrong_type": ("nodes:\n  - host: a\n    nproc_per_node: two\n",
+                   ["hosts.yaml:3", "nproc_per_node"]),
+    "unknown_key": ("nodes:\n  - host: a\n    nproc_per_nod: 2\n",
+                    ["hosts.yaml:3", "nproc_per_node"]),
+    "duplicate_node": ("nodes:\n  - host: a\n  - host: a\n", ["hosts.yaml:3", "a"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_hosts_file_is_one_clear_error_and_exit_2(tmp_path: Path, case: str) -> None:
+    text, expect = BAD[case]
+    path = tmp_path / "hosts.yaml"
+    path.write_text(text)
+    res = ddptui("run", str(path), "--headless", state=tmp_path / "state", timeout=60)
+    assert res.returncode == 2
+    assert "Traceback" not in res.stderr and "nothing was started" in res.stderr
+    for word in expect:
+        assert word in res.stderr, res.stderr
+    assert not (tmp_path / "state" / "runs").exists()

@@ -416,7 +416,8 @@ class Controller:
 
     def _conclude(self) -> None:
         codes = {n: f.exit_code for n, f in self._finished.items()}
-        stopped = self._stopping.is_set()
+        stopped = self._stopping.is_set() or any(
+            f.status is NodeStatus.STOPPED for f in self._finished.values())
         failures = self.store.failure_list()
         if stopped:
             code = 130
@@ -451,7 +452,8 @@ class Controller:
         if t is None:
             t = self._reconnect(node)
         res = t.run(nodeops.stop_cmd(node.python, self.run_id, self._rank_of(name), grace,
-                                     self._pgids.get(name)), timeout=grace + 60)
+                                     self._pgids.get(name), self._remote_dir(name)),
+                    timeout=grace + 60)
         parsed = nodeops.parse_stop(res.stdout)
         if parsed is None:
             raise TransportError(name, f"node {name}: the stop command failed (exit code "

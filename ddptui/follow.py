@@ -216,10 +216,17 @@ class NodeFollower(threading.Thread):
                 continue
             self.halt.wait(self.poll)
 
+    def _stop_requested(self) -> bool:
+        try:
+            self.transport.read_from(f"{self.remote_dir}/stop_requested", 0, 1)
+        except FileNotFoundError:
+            return False
+        return True
+
     def _finish(self, code: int | None) -> None:
-        if self.stopping.is_set():
+        if self.stopping.is_set() or self._stop_requested():
             status = NodeStatus.STOPPED
-            detail = "stopped" if code is None else f"stopped (exit code {code})"
+            detail = "on request" if code is None else f"on request, exit code {code}"
         elif code is None:
             status = NodeStatus.LOST
             detail = "the launcher is gone and left no exit code (killed from outside?)"

@@ -36,6 +36,10 @@ marker = sys.argv[1].encode()
 grace = float(sys.argv[2])
 pgid = int(sys.argv[3])
 me = os.getpid()
+try:  # so a controller following from elsewhere reports "stopped", not "failed"
+    open(os.path.join(sys.argv[4], "stop_requested"), "w").close()
+except OSError:
+    pass
 
 def members():
     found = set()
@@ -119,8 +123,10 @@ def probe_cmd(python: str) -> str:
     return python_cmd(python, PROBE_SRC)
 
 
-def stop_cmd(python: str, run_id: str, node_rank: int, grace: float, pgid: int | None) -> str:
-    return python_cmd(python, STOP_SRC, marker(run_id, node_rank), f"{grace:g}", str(pgid or 0))
+def stop_cmd(python: str, run_id: str, node_rank: int, grace: float, pgid: int | None,
+             run_dir: str) -> str:
+    return python_cmd(python, STOP_SRC, marker(run_id, node_rank), f"{grace:g}", str(pgid or 0),
+                      run_dir)
 
 
 def list_cmd(python: str, run_id: str, node_rank: int) -> str:

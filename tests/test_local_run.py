@@ -81,3 +81,60 @@ def test_bad_hosts_file_is_one_clear_error_and_exit_2(tmp_path: Path, case: str)
     for word in expect:
         assert word in res.stderr, res.stderr
     assert not (tmp_path / "state" / "runs").exists()
+
+
+def local_hosts(tmp: Path, port: int, **env: str) -> dict[str, object]:
+    import sys
+
+    return {
+        "defaults": {"python": sys.executable, "nproc_per_node": 1, "transport": "local",
+                     "env": {"JOB_LINES": "100000", "JOB_DELAY": "0.05", **env}},
+        "nodes": [{"name": "a", "workdir": str(tmp / "wa")},
+                  {"name": "b", "workdir": str(tmp / "wb")}],
+        "rendezvous": {"endpoint": "127.0.0.1", "port": port},
+        "job": {"script": "job.py", "stop_grace": 3},
+    }
+
+
+def wait_for(path: Path, text: str, timeout: float) -> None:
+    import time
+
+    end = time.monotonic() + timeout
+    while text not in path.read_text(errors="replace"):
+        assert time.monotonic() < end, f"no {text!r} in {path} after {timeout} s"
+        time.sleep(0.2)
+
+
+@pytest.mark.torchrun
+@pytest.mark.parametrize("how", ["ctrl_c", "stop_command"])
+def test_stopping_a_headless_run(tmp_path: Path, how: str) -> None:
+    import signal
+
+    from jobs import spawn_ddptui, write_job
+
+    port = 29720 if how == "ctrl_c" else 29721
+    path = write_job(tmp_path, local_hosts(tmp_path, port))
+    state = tmp_path / "state"
+    out = tmp_path / "run.out"
+    proc = spawn_ddptui("run", str(path), "--headless", state=state, out=out)
+    try:
+        wait_for(out, "[seq 3] rank 1", 180)
+        run_id = run_id_of(out.read_text())
+        assert marked_pids(run_id)
+        if how == "ctrl_c":
+            proc.send_signal(signal.SIGINT)
+        else:
+            res = ddptui("stop", run_id, state=state, timeout=60)
+            assert res.returncode == 0, res.stdout + res.stderr
+            assert "node a: clean" in res.stdout and "node b: clean" in res.stdout
+        code = proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    text = out.read_text()
+    assert code == 130, text[-3000:]
+    assert "[a] ── stopped" in text and "[b] ── stopped" in text
+    assert marked_pids(run_id) == []
+    meta = json.loads((state / "runs" / run_id / "run.json").read_text())
+    assert meta["status"] == "stopped"

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from ddptui import nodeops
 from ddptui.follow import split_complete
@@ -29,7 +30,7 @@ def test_probe_of_a_missing_interpreter_exits_127() -> None:
     assert not os.path.exists("/tmp/ddptui-pwned")
 
 
-def test_stop_kills_marked_processes_in_other_sessions_too() -> None:
+def test_stop_kills_marked_processes_in_other_sessions_too(tmp_path: Path) -> None:
     env = dict(os.environ, DDPTUI_RUN="r1/0")
     ignore_term = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
                    "time.sleep(60)")
@@ -45,13 +46,14 @@ def test_stop_kills_marked_processes_in_other_sessions_too() -> None:
         assert listed is not None
         res = sh(nodeops.list_cmd(sys.executable, "r1", 0))
         assert sorted(json.loads(res.stdout)) == sorted(p.pid for p in procs)
-        res = sh(nodeops.stop_cmd(sys.executable, "r1", 0, 1.0, None), timeout=30)
+        res = sh(nodeops.stop_cmd(sys.executable, "r1", 0, 1.0, None, str(tmp_path)), timeout=30)
         out = nodeops.parse_stop(res.stdout)
         assert out is not None and out.leftover == []
         assert procs[1].pid in out.killed and procs[0].pid not in out.killed
         for p in procs:
             assert p.wait(timeout=5) is not None
         assert other.poll() is None  # another node's processes are not ours to stop
+        assert (tmp_path / "stop_requested").exists()
     finally:
         for p in [*procs, other]:
             p.kill()

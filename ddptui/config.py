@@ -14,7 +14,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
@@ -117,42 +117,25 @@ class HostsConfig:
         raise KeyError(name)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready, for ``run.json`` (the config as resolved)."""
-        return {
-            "path": str(self.path),
-            "nodes": [
-                {
-                    "name": n.name, "host": n.host, "transport": n.transport, "user": n.user,
-                    "port": n.port, "identity_file": n.identity_file, "python": n.python,
-                    "workdir": n.workdir, "nproc_per_node": n.nproc_per_node,
-                    "env": dict(n.env), "addr": n.addr, "node_rank": self.node_rank(n),
-                    "line": n.line,
-                }
-                for n in self.nodes
-            ],
-            "rendezvous": {
-                "backend": self.rendezvous.backend, "endpoint": self.rendezvous.endpoint,
-                "port": self.rendezvous.effective_port, "id": self.rendezvous.id,
-                "join_timeout": self.rendezvous.join_timeout,
-                "last_call_timeout": self.rendezvous.last_call_timeout,
-                "close_timeout": self.rendezvous.close_timeout,
-            },
-            "job": {
-                "script": self.job.script, "module": self.job.module,
-                "args": list(self.job.args), "max_restarts": self.job.max_restarts,
-                "monitor_interval": self.job.monitor_interval,
-                "nccl_debug": self.job.nccl_debug, "nccl_debug_subsys": self.job.nccl_debug_subsys,
-                "torch_distributed_debug": self.job.torch_distributed_debug,
-                "torch_cpp_log_level": self.job.torch_cpp_log_level,
-                "stop_grace": self.job.stop_grace,
-            },
-            "ssh": {
-                "config_file": self.ssh.config_file, "known_hosts": self.ssh.known_hosts,
-                "accept_new_host_keys": self.ssh.accept_new_host_keys,
-                "connect_timeout": self.ssh.connect_timeout,
-            },
-        }
+        """JSON-ready and exact (``from_dict`` gives it back), for ``run.json``."""
+        d = asdict(self)
+        d["path"] = str(self.path)
+        for n in d["nodes"]:
+            n["env"] = dict(n["env"])
+        d["job"]["args"] = list(self.job.args)
+        return d
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> HostsConfig:
+        job = dict(d.get("job", {}))
+        job["args"] = tuple(job.get("args", ()))
+        return cls(
+            path=Path(d["path"]),
+            nodes=tuple(NodeConfig(**n) for n in d["nodes"]),
+            rendezvous=RendezvousConfig(**d.get("rendezvous", {})),
+            job=JobConfig(**job),
+            ssh=SSHOptions(**d.get("ssh", {})),
+        )
 
 @dataclass(frozen=True)
 class Problem:

@@ -31,8 +31,6 @@ from ddptui.follow import Batch, Finished, NodeFollower, parse_chunk, split_comp
 from ddptui.plan import Plan, expand_home, make_plan, new_run_id
 from ddptui.runstate import (
     RunSummary,
-    config_from_dict,
-    config_to_dict,
     list_runs,
     read_run,
     run_dir,
@@ -231,7 +229,7 @@ class Controller:
     def launch(self) -> None:
         cfg = self.config
         self.store.set_run(status="launching", started_at=time.time())
-        self._write_meta(run_id=self.run_id, config=config_to_dict(cfg), status="launching",
+        self._write_meta(run_id=self.run_id, config=cfg.to_dict(), status="launching",
                          started_at=time.time(), nodes={})
         names = [n.name for n in cfg.nodes]
         for n in names:
@@ -527,7 +525,7 @@ class Controller:
         except (OSError, ValueError) as e:
             raise LaunchError([f"no run {run_id!r} under {root / 'runs'} ({e}); "
                                "`ddptui logs` lists the runs there"]) from None
-        config = config_from_dict(meta["config"])
+        config = HostsConfig.from_dict(meta["config"])
         ctl = cls(config, state_root=root, run_id=run_id, poll=poll)
         ctl._meta = dict(meta)
         ctl._meta["nodes"] = {n["name"]: n for n in meta.get("nodes", [])}

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from ddptui.config import HostsConfig, JobConfig, NodeConfig, RendezvousConfig, SSHOptions
 
 
 def state_root(explicit: Path | None = None) -> Path:
@@ -25,26 +23,6 @@ def state_root(explicit: Path | None = None) -> Path:
 
 def run_dir(root: Path, run_id: str) -> Path:
     return root / "runs" / run_id
-
-
-def config_to_dict(cfg: HostsConfig) -> dict[str, Any]:
-    d = asdict(cfg)
-    d["path"] = str(cfg.path)
-    for n in d["nodes"]:
-        n["env"] = dict(n["env"])
-    return d
-
-
-def config_from_dict(d: dict[str, Any]) -> HostsConfig:
-    job = dict(d.get("job", {}))
-    job["args"] = tuple(job.get("args", ()))
-    return HostsConfig(
-        path=Path(d["path"]),
-        nodes=tuple(NodeConfig(**n) for n in d["nodes"]),
-        rendezvous=RendezvousConfig(**d.get("rendezvous", {})),
-        job=JobConfig(**job),
-        ssh=SSHOptions(**d.get("ssh", {})),
-    )
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

@@ -111,9 +111,19 @@ Event = NodeState | LogLine | Metric | Failure
 
 _GLOG_RE = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
 _GLOG_LEVEL = {"I": Level.INFO, "W": Level.WARNING, "E": Level.ERROR, "F": Level.ERROR}
-# host:pid:tid [dev] NCCL INFO|WARN ...  (NCCL_DEBUG=INFO output, as written by libnccl)
-_NCCL_RE = re.compile(r"^\S+:\d+:\d+ \[[^\]]*\] NCCL (INFO|WARN|TRACE|ERROR|VERSION)\b")
-_NCCL_LEVEL = {"WARN": Level.WARNING, "ERROR": Level.ERROR, "TRACE": Level.DEBUG}
+# As libnccl writes them with NCCL_DEBUG=INFO: `host:pid:tid [dev] NCCL INFO ...`, warnings
+# with their source position `host:pid:tid [dev] misc/socket.cc:483 NCCL WARN ...`, the bare
+# `NCCL version 2.21.5+cuda12.4` banner; torch may put `[rankN]:` in front of any of them.
+_NCCL_RE = re.compile(
+    r"^(?:\[rank\d+\]:)?(?:[^\s:]+:\d+:\d+ \[[^\]]*\] (?:\S+:\d+ )?NCCL "
+    r"(INFO|WARN|TRACE|ERROR|ABORT)\b|NCCL version \d)"
+)
+_NCCL_LEVEL = {"WARN": Level.WARNING, "ERROR": Level.ERROR, "ABORT": Level.ERROR,
+               "TRACE": Level.DEBUG}
+
+
+def _nccl_level(m: re.Match[str]) -> Level:
+    return _NCCL_LEVEL.get(m.group(1) or "INFO", Level.INFO)
 _ERROR_RE = re.compile(
     r"Traceback \(most recent call last\)|^(\[rank\d+\]: )?[\w.]*(Error|Exception)(: |$)|"
     r"\bFAILED\b"
@@ -201,18 +211,19 @@ class NodeLogParser:
                 attempt = int(values.get("attempt", self.attempt))
                 return [Metric(self.node, rank if r is None else r, kind, step, values, time,
                                attempt, extra)]
-        if _NCCL_RE.match(text):
-            lvl = _NCCL_LEVEL.get(text.split(" NCCL ", 1)[1].split(" ", 1)[0], Level.INFO)
-            return [LogLine(self.node, text, time, Source.NCCL, lvl, rank, local_rank,
+        m = _NCCL_RE.match(text)
+        if m is not None:
+            return [LogLine(self.node, text, time, Source.NCCL, _nccl_level(m), rank, local_rank,
                             self.attempt)]
         return [LogLine(self.node, text, time, Source.WORKER, classify_level(text), rank,
                         local_rank, self.attempt)]
 
     def _agent_line(self, line: str, time: float) -> list[Event]:
         out: list[Event] = []
-        if _NCCL_RE.match(line):
-            lvl = _NCCL_LEVEL.get(line.split(" NCCL ", 1)[1].split(" ", 1)[0], Level.INFO)
-            return [LogLine(self.node, line, time, Source.NCCL, lvl, None, None, self.attempt)]
+        m = _NCCL_RE.match(line)
+        if m is not None:
+            return [LogLine(self.node, line, time, Source.NCCL, _nccl_level(m), None, None,
+                            self.attempt)]
         level = classify_level(line)
         m = _RESTART_RE.search(line)
         if m is not None:

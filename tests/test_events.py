@@ -118,3 +118,22 @@ def test_levels() -> None:
     assert classify_level("step 3 loss 1.2") is Level.INFO
     assert classify_level("[rank1]: torch.distributed.DistBackendError: x") is Level.ERROR
     assert classify_level('    raise ValueError("x")') is Level.INFO
+
+
+def test_nccl_debug_formats() -> None:
+    events = feed_all(NodeLogParser("a"), (DATA.parent / "nccl" / "formats.log").read_text())
+    lines = [e for e in events if isinstance(e, LogLine)]
+    assert len(lines) == 18
+    assert all(e.source is Source.NCCL for e in lines), [e.text for e in lines
+                                                         if e.source is not Source.NCCL]
+    warns = [e for e in lines if e.level is Level.WARNING]
+    assert len(warns) == 2 and all("NCCL WARN" in e.text for e in warns)
+    assert [e.rank for e in lines][:5] == [0, 0, 0, 0, 1]
+    assert lines[-1].rank is None  # written by the agent's own process, not a worker
+
+
+def test_lines_that_merely_mention_nccl_are_not_nccl() -> None:
+    for text in ("using backend NCCL for 4 ranks", "NCCL_DEBUG=INFO set",
+                 "host:1:2 [0] something else"):
+        (ev,) = NodeLogParser("a").feed(f"[ddptui 0 0] {text}", 0.0)
+        assert isinstance(ev, LogLine) and ev.source is Source.WORKER

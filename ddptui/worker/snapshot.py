@@ -1,0 +1,74 @@
+"""Snapshots that survive a crash mid-write, and finding the newest one after a restart.
+
+Written to a temporary file and renamed with ``os.replace``: a reader (the restarted
+workers) sees either the old complete snapshot or the new complete one, never half a file.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_NAME_RE = re.compile(r"^snapshot-(\d+)\.pt$")
+KEEP = 2
+
+
+def path_for(directory: Path, step: int) -> Path:
+    return directory / f"snapshot-{step:08d}.pt"
+
+
+def step_of(path: Path) -> int | None:
+    m = _NAME_RE.match(path.name)
+    return int(m.group(1)) if m else None
+
+
+def newest(directory: Path) -> Path | None:
+    if not directory.is_dir():
+        return None
+    found = [(s, p) for p in directory.iterdir() if (s := step_of(p)) is not None]
+    return max(found)[1] if found else None
+
+
+def rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    # map_location may have moved the byte tensors onto a GPU; the setters want CPU ones.
+    torch.set_rng_state(state["torch"].cpu())
+    random.setstate(_as_tuple(state["python"]))
+    if "cuda" in state and torch.cuda.is_available():
+        cuda = [s.cpu() for s in state["cuda"]]
+        if len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(cuda)
+
+
+def _as_tuple(value: Any) -> Any:
+    return tuple(_as_tuple(v) for v in value) if isinstance(value, list | tuple) else value
+
+
+def save(directory: Path, step: int, state: dict[str, Any], keep: int = KEEP) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    final = path_for(directory, step)
+    tmp = directory / f".{final.name}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, final)
+    old = sorted(p for p in directory.iterdir() if step_of(p) is not None)
+    for p in old[:-keep]:
+        p.unlink(missing_ok=True)
+    return final
+
+
+def load(path: Path, map_location: torch.device | str) -> dict[str, Any]:
+    return torch.load(path, map_location=map_location, weights_only=True)

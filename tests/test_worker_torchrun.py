@@ -1,0 +1,224 @@
+"""The worker under a real torchrun: 2 processes, gloo on CPU, tiny model.
+
+Output is read the way ddptui reads a node: torchrun with ``--tee 3`` and ddptui's line
+prefix, combined stdout+stderr, fed line by line to :class:`ddptui.events.NodeLogParser`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ddptui.events import PREFIX_TEMPLATE, Event, Failure, LogLine, Metric, NodeLogParser
+
+pytestmark = [pytest.mark.torchrun, pytest.mark.timeout(180)]
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["--d-model", "32", "--n-layers", "1", "--n-heads", "2", "--seq-len", "32",
+        "--batch-size", "8", "--corpus-bytes", "200000", "--eval-batches", "2"]
+
+
+@dataclass
+class Result:
+    code: int
+    events: list[Event]
+    text: str
+
+    def metrics(self, kind: str) -> list[Metric]:
+        return [e for e in self.events if isinstance(e, Metric) and e.kind == kind]
+
+    def failures(self) -> list[Failure]:
+        return [e for e in self.events if isinstance(e, Failure)]
+
+    def worker_lines(self) -> list[LogLine]:
+        return [e for e in self.events if isinstance(e, LogLine) and e.rank is not None]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _command(worker_args: tuple[str, ...], max_restarts: int) -> tuple[list[str], dict[str, str]]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = PREFIX_TEMPLATE
+    env["OMP_NUM_THREADS"] = "1"
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
+        "--max-restarts", str(max_restarts), "--monitor-interval", "0.5", "--tee", "3",
+        "-m", "ddptui.worker", *worker_args,
+    ]
+    return cmd, env
+
+
+def _parse(text: str) -> list[Event]:
+    parser = NodeLogParser("local")
+    events: list[Event] = []
+    for i, line in enumerate(text.splitlines()):
+        events.extend(parser.feed(line, float(i)))
+    return events
+
+
+def torchrun(cwd: Path, *worker_args: str, max_restarts: int = 0, timeout: float = 150) -> Result:
+    cmd, env = _command(worker_args, max_restarts)
+    proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=timeout, check=False)
+    return Result(proc.returncode, _parse(proc.stdout), proc.stdout)
+
+
+def test_training_loss_falls_and_every_rank_reports(tmp_path: Path) -> None:
+    r = torchrun(tmp_path, *TINY, "--steps", "60", "--log-every", "10", "--eval-every", "20",
+                 "--warmup-steps", "5")
+    assert r.code == 0, r.text[-3000:]
+    starts = r.metrics("start")
+    assert sorted(m.rank for m in starts) == [0, 1]
+    assert all(m.extra["backend"] == "gloo" and m.values["world_size"] == 2 for m in starts)
+    for rank in (0, 1):
+        steps = [m.step for m in r.metrics("metric") if m.rank == rank]
+        assert steps == [10, 20, 30, 40, 50, 60]
+        evals = [m.values["eval_loss"] for m in r.metrics("eval") if m.rank == rank]
+        assert len(evals) == 3 and evals[-1] < evals[0] - 0.5, evals
+    m = r.metrics("metric")[0]
+    for name in ("loss", "lr", "step_time_s", "samples_per_s", "tokens_per_s", "grad_norm",
+                 "epoch", "attempt"):
+        assert name in m.values, name
+    summary = r.metrics("summary")
+    assert len(summary) == 2 and all(s.values["wall_time_s"] > 0 for s in summary)
+    assert (tmp_path / "ckpt").is_dir()
+
+
+def test_restart_resumes_from_the_last_snapshot(tmp_path: Path) -> None:
+    r = torchrun(tmp_path, *TINY, "--steps", "40", "--log-every", "1", "--eval-every", "100",
+                 "--snapshot-every", "10", "--crash-rank", "1", "--crash-step", "27",
+                 max_restarts=1)
+    assert r.code == 0, r.text[-3000:]
+    first = [m.step for m in r.metrics("metric") if m.attempt == 0 and m.rank == 0]
+    again = [m for m in r.metrics("metric") if m.attempt == 1]
+    assert max(first) == 26
+    assert {m.rank for m in again} == {0, 1}
+    for rank in (0, 1):
+        steps = [m.step for m in again if m.rank == rank]
+        assert steps == list(range(21, 41)), steps  # from snapshot 20, nothing older again
+    resumed = [m for m in r.metrics("start") if m.attempt == 1]
+    assert len(resumed) == 2 and all(m.values["start_step"] == 20 for m in resumed)
+
+
+def test_crash_without_restarts_names_the_rank(tmp_path: Path) -> None:
+    r = torchrun(tmp_path, *TINY, "--steps", "40", "--log-every", "5", "--crash-rank", "1",
+                 "--crash-step", "12")
+    assert r.code != 0
+    failures = r.failures()
+    assert failures, r.text[-3000:]
+    assert failures[0].rank == 1 and failures[0].exit_code == 1
+    assert "injected crash on rank 1 at step 12" in failures[0].root_cause
+    assert failures[0].error_file  # written by @record
+
+
+def test_allreduce_sweep_reports_every_size_on_every_rank(tmp_path: Path) -> None:
+    r = torchrun(tmp_path, "allreduce", "--min-bytes", "1024", "--max-bytes", "1048576",
+                 "--iters", "5", "--warmup-iters", "2")
+    assert r.code == 0, r.text[-3000:]
+    for rank in (0, 1):
+        rows = [m for m in r.metrics("allreduce") if m.rank == rank]
+        assert [m.values["size_bytes"] for m in rows] == [1024 * 2**i for i in range(11)]
+        for m in rows:
+            assert m.values["time_us"] > 0 and m.values["algbw_gbps"] > 0
+            assert m.values["busbw_gbps"] == pytest.approx(m.values["algbw_gbps"])  # n = 2
+        assert rows[-1].values["busbw_gbps"] > rows[0].values["busbw_gbps"]
+
+
+def test_numbered_lines_are_contiguous_per_rank(tmp_path: Path) -> None:
+    r = torchrun(tmp_path, *TINY, "--steps", "30", "--log-every", "5", "--eval-every", "10",
+                 "--number-lines", "--print-every-step")
+    assert r.code == 0, r.text[-3000:]
+    seqs: dict[int, list[int]] = defaultdict(list)
+    for e in r.events:
+        if isinstance(e, Metric):
+            seqs[e.rank].append(int(e.values["seq"]))
+        elif isinstance(e, LogLine) and e.rank is not None and e.text.startswith("[seq "):
+            seqs[e.rank].append(int(e.text[5:].split("]", 1)[0]))
+    assert set(seqs) == {0, 1}
+    for rank, got in seqs.items():
+        assert got == list(range(len(got))), (rank, got)
+        assert len(got) >= 30 + 6 + 3 + 2  # step lines, metrics, evals, start+summary
+
+
+def test_sigterm_writes_a_snapshot_and_stops_every_rank(tmp_path: Path) -> None:
+    cmd, env = _command((*TINY, "--steps", "100000", "--log-every", "5",
+                         "--snapshot-every", "0", "--step-sleep-ms", "20"), 0)
+    # Its own session, as ddptui runs a job: the stop signals the whole process group.
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if '"kind": "metric"' in line and '"step": 10,' in line:
+                break
+        os.killpg(proc.pid, signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=60)
+        lines.append(rest)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    r = Result(proc.returncode, _parse("".join(lines)), "".join(lines))
+    summaries = r.metrics("summary")
+    assert sorted(m.rank for m in summaries) == [0, 1], r.text[-3000:]
+    assert all(m.extra["stopped"] is True for m in summaries)
+    step = next(m.step for m in summaries if m.rank == 0)
+    assert step is not None
+    assert step >= 10
+    assert [p.name for p in (tmp_path / "ckpt").iterdir()] == [f"snapshot-{step:08d}.pt"]
+    assert any(e.text.startswith("stopped by SIGTERM") for e in r.worker_lines())
+
+
+def test_errors_are_one_line_from_rank_0_only(tmp_path: Path) -> None:
+    r = torchrun(tmp_path, *TINY, "--data", str(tmp_path / "missing.txt"))
+    assert r.code != 0
+    errors = [e for e in r.worker_lines() if "ddptui_worker: error:" in e.text]
+    assert [(e.rank, e.text) for e in errors] == [
+        (0, f"ddptui_worker: error: data file not found: {tmp_path / 'missing.txt'}")
+    ]
+    assert not r.metrics("start")
+
+
+def test_shipped_flat_copy_runs_without_ddptui(tmp_path: Path) -> None:
+    """What a node gets: the worker's *.py in <run_dir>/ddptui_worker/, started with -m."""
+    pkg = tmp_path / "ddptui_worker"
+    pkg.mkdir()
+    for src in (ROOT / "ddptui" / "worker").glob("*.py"):
+        (pkg / src.name).write_bytes(src.read_bytes())
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RANK", "WORLD_SIZE")}
+    # As `python -m ddptui_worker` from the run dir, but with ddptui made unimportable
+    # (None in sys.modules) in case it is installed here: the worker must not need it.
+    boot = "import sys, runpy; sys.modules['ddptui'] = None; sys.path.insert(0, ''); " \
+           "runpy.run_module('ddptui_worker', run_name='__main__', alter_sys=True)"
+
+    def worker(*args: str, rank: str = "0") -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", boot, *args], cwd=tmp_path,
+                              env={**env, "RANK": rank}, capture_output=True, text=True,
+                              timeout=120, check=False)
+
+    bad = worker("--bogus")
+    assert (bad.returncode, bad.stderr) == (
+        2, "ddptui_worker: error: unrecognized arguments: --bogus\n")
+    quiet = worker("--bogus", rank="1")
+    assert (quiet.returncode, quiet.stderr) == (2, "")
+    ok = worker(*TINY, "--steps", "4", "--log-every", "2", "--eval-every", "4")
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    kinds = [line.split('"kind": "')[1].split('"')[0] for line in ok.stdout.splitlines()
+             if line.startswith("@ddptui ")]
+    assert kinds == ["start", "metric", "metric", "eval", "summary"]

@@ -91,6 +91,7 @@ class Metric:
     time: float
     attempt: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    text: str = ""  # the line as the rank printed it, for its per-rank log
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +211,7 @@ class NodeLogParser:
                 r, kind, step, values, extra = split_metric(obj, rank)
                 attempt = int(values.get("attempt", self.attempt))
                 return [Metric(self.node, rank if r is None else r, kind, step, values, time,
-                               attempt, extra)]
+                               attempt, extra, text)]
         m = _NCCL_RE.match(text)
         if m is not None:
             return [LogLine(self.node, text, time, Source.NCCL, _nccl_level(m), rank, local_rank,

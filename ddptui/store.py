@@ -349,6 +349,8 @@ class _Mirror:
                 elif ev.source is Source.SSH:  # ddptui's own words are in no raw node log
                     per_file.setdefault("events.jsonl", []).append(json.dumps(event_record(ev)))
             elif isinstance(ev, Metric):
+                if ev.text:
+                    per_file.setdefault(f"ranks/rank{ev.rank}.log", []).append(ev.text)
                 rec = {"node": ev.node, "rank": ev.rank, "kind": ev.kind, "step": ev.step,
                        "time": ev.time, "attempt": ev.attempt, **ev.values, **ev.extra}
                 per_file.setdefault("metrics.jsonl", []).append(json.dumps(rec))

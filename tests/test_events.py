@@ -62,6 +62,7 @@ def test_metric_lines_become_metrics_and_keep_unknown_fields() -> None:
     assert (m.rank, m.step, m.kind, m.attempt) == (1, 120, "metric", 2)
     assert m.values["loss"] == 0.41 and m.values["samples_per_s"] == 5310.0
     assert m.extra == {"note": "x"}
+    assert m.text.startswith('@ddptui {"v": 1') and m.text.endswith('"attempt": 2}')
 
 
 def test_malformed_metric_line_is_a_plain_line() -> None:

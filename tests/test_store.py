@@ -49,15 +49,17 @@ def test_node_states_ranks_metrics_failures() -> None:
 def test_mirror_writes_rank_logs_and_recover_truncates_to_checkpoint(tmp_path: Path) -> None:
     s = Store(tmp_path)
     s.apply([line(0, "one"), line(1, "uno")], {"a": 100})
-    s.apply([Metric("a", 0, "metric", 1, {"loss": 1.0}, 0.0)], {"a": 150})
+    s.apply([Metric("a", 0, "metric", 1, {"loss": 1.0}, 0.0, text='@ddptui {"loss": 1.0}')],
+            {"a": 150})
     s.close()
-    assert (tmp_path / "ranks" / "rank0.log").read_text() == "one\n"
+    assert (tmp_path / "ranks" / "rank0.log").read_text() == 'one\n@ddptui {"loss": 1.0}\n'
+    checkpointed = (tmp_path / "ranks" / "rank0.log").read_text()
     # a batch written after the last checkpoint (controller killed mid-way) is undone
     with open(tmp_path / "ranks" / "rank0.log", "a") as f:
         f.write("torn\n")
     (tmp_path / "ranks" / "rank9.log").write_text("orphan\n")
     assert Store.recover(tmp_path) == {"a": 150}
-    assert (tmp_path / "ranks" / "rank0.log").read_text() == "one\n"
+    assert (tmp_path / "ranks" / "rank0.log").read_text() == checkpointed
     assert not (tmp_path / "ranks" / "rank9.log").exists()
     rec = json.loads((tmp_path / "metrics.jsonl").read_text())
     assert rec["loss"] == 1.0 and rec["rank"] == 0

@@ -28,7 +28,7 @@ from ddptui import nodeops
 from ddptui.config import HostsConfig, NodeConfig
 from ddptui.events import Failure, Level, NodeLogParser, NodeState, NodeStatus, ssh_line
 from ddptui.follow import Batch, Finished, NodeFollower, parse_chunk, split_complete
-from ddptui.plan import Plan, expand_home, make_plan, new_run_id
+from ddptui.plan import NodeLaunch, Plan, expand_home, make_plan, new_run_id
 from ddptui.runstate import (
     RunSummary,
     list_runs,
@@ -260,10 +260,10 @@ class Controller:
                                   "run_dir": nl.run_dir, "pgid": None}
                    for nl in self.plan.nodes})
         launches = list(self.plan.nodes)
-        errs = [e for e in _each(launches, self._upload) if e is not None]
+        errs = [e for e in _each(launches, self._upload) if isinstance(e, Exception)]
         if errs:
             self._abort([str(e) for e in errs], cleanup=True)
-        errs = [e for e in _each(launches, self._start) if e is not None]
+        errs = [e for e in _each(launches, self._start) if isinstance(e, Exception)]
         if errs:
             self._abort([str(e) for e in errs], cleanup=True, kill=True)
         self._write_meta(status="running")
@@ -275,55 +275,47 @@ class Controller:
         self._transports[node.name] = t
         return home
 
-    def _upload(self, nl: Any) -> Exception | None:
+    def _upload(self, nl: NodeLaunch) -> None:
         name = nl.node.name
         t = self._transports[name]
-        try:
-            self._node_state(name, NodeStatus.UPLOADING)
-            dirs = [nl.run_dir, f"{nl.run_dir}/torchelastic"]
-            if self.config.job.script is None:
-                dirs.append(f"{nl.run_dir}/{WORKER_PACKAGE}")
-            res = t.run(nodeops.mkdir_cmd(*dirs), timeout=30)
-            if res.exit_code != 0:
-                raise LaunchError([f"node {name}: cannot create the run directory "
-                                   f"{nl.run_dir}: {res.stderr.strip()}"])
-            if self.config.job.script is None:
-                for f in worker_files():
-                    t.put_bytes(f.read_bytes(), f"{nl.run_dir}/{WORKER_PACKAGE}/{f.name}")
-            elif not self.config.job.module:
-                src = Path(self.config.job.script)
-                t.put_bytes(src.read_bytes(), f"{nl.run_dir}/{src.name}", 0o755)
-            t.put_bytes(nl.script.encode(), f"{nl.run_dir}/launch.sh", 0o755)
-            t.put_bytes(b"", f"{nl.run_dir}/node.log")
-        except Exception as e:
-            return e
-        return None
+        self._node_state(name, NodeStatus.UPLOADING)
+        dirs = [nl.run_dir, f"{nl.run_dir}/torchelastic"]
+        if self.config.job.script is None:
+            dirs.append(f"{nl.run_dir}/{WORKER_PACKAGE}")
+        res = t.run(nodeops.mkdir_cmd(*dirs), timeout=30)
+        if res.exit_code != 0:
+            raise LaunchError([f"node {name}: cannot create the run directory "
+                               f"{nl.run_dir}: {res.stderr.strip()}"])
+        if self.config.job.script is None:
+            for f in worker_files():
+                t.put_bytes(f.read_bytes(), f"{nl.run_dir}/{WORKER_PACKAGE}/{f.name}")
+        elif not self.config.job.module:
+            src = Path(self.config.job.script)
+            t.put_bytes(src.read_bytes(), f"{nl.run_dir}/{src.name}", 0o755)
+        t.put_bytes(nl.script.encode(), f"{nl.run_dir}/launch.sh", 0o755)
+        t.put_bytes(b"", f"{nl.run_dir}/node.log")
 
-    def _start(self, nl: Any) -> Exception | None:
+    def _start(self, nl: NodeLaunch) -> None:
         name = nl.node.name
         t = self._transports[name]
-        try:
-            self._node_state(name, NodeStatus.STARTING)
-            res = t.run(nodeops.start_cmd(nl.run_dir), timeout=30)
-            if res.exit_code != 0 or "started" not in res.stdout:
-                raise LaunchError([f"node {name}: could not start torchrun: "
-                                   f"{res.stderr.strip() or res.stdout.strip()}"])
-            deadline = time.monotonic() + 15
-            while True:
-                try:
-                    pgid = int(t.read_from(f"{nl.run_dir}/pgid", 0, 64).decode().strip())
-                    break
-                except (FileNotFoundError, ValueError):
-                    if time.monotonic() > deadline:
-                        raise LaunchError([f"node {name}: launch.sh did not start within 15 s"
-                                           f" (see {nl.run_dir}/node.log)"]) from None
-                    time.sleep(0.05)
-            self._pgids[name] = pgid
-            self._meta["nodes"][name]["pgid"] = pgid
-            self._node_state(name, NodeStatus.RUNNING, f"pgid {pgid}")
-        except Exception as e:
-            return e
-        return None
+        self._node_state(name, NodeStatus.STARTING)
+        res = t.run(nodeops.start_cmd(nl.run_dir), timeout=30)
+        if res.exit_code != 0 or "started" not in res.stdout:
+            raise LaunchError([f"node {name}: could not start torchrun: "
+                               f"{res.stderr.strip() or res.stdout.strip()}"])
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                pgid = int(t.read_from(f"{nl.run_dir}/pgid", 0, 64).decode().strip())
+                break
+            except (FileNotFoundError, ValueError):
+                if time.monotonic() > deadline:
+                    raise LaunchError([f"node {name}: launch.sh did not start within 15 s"
+                                       f" (see {nl.run_dir}/node.log)"]) from None
+                time.sleep(0.05)
+        self._pgids[name] = pgid
+        self._meta["nodes"][name]["pgid"] = pgid
+        self._node_state(name, NodeStatus.RUNNING, f"pgid {pgid}")
 
     def _abort(self, problems: list[str], *, cleanup: bool, kill: bool = False) -> None:
         """Undo a launch on every node, then raise: all or nothing."""
@@ -331,10 +323,10 @@ class Controller:
             self._stopping.set()
             _each(list(self.plan.nodes), lambda nl: self._stop_node(nl.node.name, 2.0))
         if cleanup and self.plan is not None:
-            def rm(nl: Any) -> None:
+            def rm(nl: NodeLaunch) -> None:
                 t = self._transports.get(nl.node.name)
                 if t is not None:
-                    t.run(nodeops.remove_cmd(nl.run_dir), timeout=30)
+                    t.run(nodeops.remove_run_cmd(nl.run_dir), timeout=30)
             _each(list(self.plan.nodes), rm)
         self._close_transports()
         self.store.set_run(status="failed", message=problems[0], ended_at=time.time())

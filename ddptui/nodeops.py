@@ -14,8 +14,10 @@ reaches. The marker is inherited by every descendant, whatever it does with sess
 from __future__ import annotations
 
 import json
+import posixpath
 import shlex
 from dataclasses import dataclass
+from typing import Any
 
 PROBE_SRC = r"""
 import json, os, socket, sys
@@ -157,6 +159,12 @@ def remove_cmd(path: str) -> str:
     return "rm -rf -- " + shlex.quote(path)
 
 
+def remove_run_cmd(node_run_dir: str) -> str:
+    """Undo a launch on a node: its run dir, and the run's dir above it once empty."""
+    parent = shlex.quote(posixpath.dirname(node_run_dir.rstrip("/")))
+    return f"{remove_cmd(node_run_dir)} && {{ rmdir -- {parent} 2>/dev/null; true; }}"
+
+
 @dataclass(frozen=True)
 class Probe:
     python: str
@@ -167,17 +175,24 @@ class Probe:
     cuda: bool = False
 
 
-def parse_probe(stdout: str) -> Probe | None:
+def _last_json(stdout: str, key: str) -> dict[str, Any] | None:
+    """The last line that is a JSON object with ``key``: a login banner may come before it."""
     for line in reversed(stdout.strip().splitlines()):
         try:
             d = json.loads(line)
         except ValueError:
             continue
-        if isinstance(d, dict) and "python" in d:
-            return Probe(str(d["python"]), str(d.get("version", "")),
-                         str(d.get("hostname", "")), d.get("torch"), d.get("torch_error"),
-                         bool(d.get("cuda", False)))
+        if isinstance(d, dict) and key in d:
+            return d
     return None
+
+
+def parse_probe(stdout: str) -> Probe | None:
+    d = _last_json(stdout, "python")
+    if d is None:
+        return None
+    return Probe(str(d["python"]), str(d.get("version", "")), str(d.get("hostname", "")),
+                 d.get("torch"), d.get("torch_error"), bool(d.get("cuda", False)))
 
 
 @dataclass(frozen=True)
@@ -188,11 +203,7 @@ class StopResult:
 
 
 def parse_stop(stdout: str) -> StopResult | None:
-    for line in reversed(stdout.strip().splitlines()):
-        try:
-            d = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(d, dict) and "leftover" in d:
-            return StopResult(list(d["found"]), list(d["killed"]), list(d["leftover"]))
-    return None
+    d = _last_json(stdout, "leftover")
+    if d is None:
+        return None
+    return StopResult(list(d["found"]), list(d["killed"]), list(d["leftover"]))

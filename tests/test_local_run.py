@@ -143,3 +143,18 @@ def test_stopping_a_headless_run(tmp_path: Path, how: str) -> None:
     assert marked_pids(run_id) == []
     meta = json.loads((state / "runs" / run_id / "run.json").read_text())
     assert meta["status"] == "stopped"
+
+
+def test_a_node_failing_mid_launch_leaves_no_half_started_cluster(tmp_path: Path) -> None:
+    from jobs import write_job
+
+    hosts = local_hosts(tmp_path, 29722)
+    hosts["nodes"][1]["workdir"] = "/proc/ddptui-cannot-write-here"  # type: ignore[index]
+    path = write_job(tmp_path, hosts)
+    res = ddptui("run", str(path), "--headless", state=tmp_path / "state", timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "node b: cannot create the run directory" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert list((tmp_path / "wa").glob(".ddptui/runs/*")) == [], "node a kept a run directory"
+    run_id = run_id_of(res.stdout)
+    assert marked_pids(run_id) == []

@@ -1,0 +1,89 @@
+"""A line chart in braille cells: pure and fast enough to redraw twice a second.
+
+Each cell is 2x4 dots; a series is drawn as its points joined column to column. The result
+is rows of (character, series index) pairs, so the widget colours them and tests read them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# dot bit for (x % 2, y % 4) in a braille cell, per the Unicode braille pattern block
+_DOT = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    rows: list[list[tuple[str, int]]]  # height x width cells: (char, series or -1)
+    x_range: tuple[float, float]
+    y_range: tuple[float, float]
+
+
+def bounds(series: Sequence[tuple[Sequence[float], Sequence[float]]], log_y: bool
+           ) -> tuple[float, float, float, float] | None:
+    xs = [x for s in series if s[0] for x in (s[0][0], s[0][-1])]
+    ys = [y for s in series for y in s[1] if not log_y or y > 0]
+    if not xs or not ys:
+        return None
+    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
+    if log_y:
+        y0, y1 = math.log10(y0), math.log10(y1)
+    if x1 == x0:
+        x1 = x0 + 1
+    if y1 == y0:
+        y0, y1 = y0 - 0.5, y1 + 0.5
+    return x0, x1, y0, y1
+
+
+def plot(series: Sequence[tuple[Sequence[float], Sequence[float]]], width: int, height: int,
+         *, log_y: bool = False) -> Frame | None:
+    """Draw each (xs, ys) series into ``width`` x ``height`` cells; None when nothing to draw."""
+    b = bounds(series, log_y)
+    if b is None or width <= 0 or height <= 0:
+        return None
+    x0, x1, y0, y1 = b
+    pw, ph = width * 2, height * 4
+    sx = (pw - 1) / (x1 - x0)
+    sy = (ph - 1) / (y1 - y0)
+    bits = [[0] * width for _ in range(height)]
+    owner = [[-1] * width for _ in range(height)]
+    for index, (xs, ys) in enumerate(series):
+        prev: tuple[int, int] | None = None
+        for x, y in zip(xs, ys, strict=False):
+            if log_y:
+                if y <= 0:
+                    continue
+                y = math.log10(y)
+            px = round((x - x0) * sx)
+            py = ph - 1 - round((y - y0) * sy)
+            if prev is not None and prev[0] != px:
+                # join to the previous point: fill the columns between, then the rise
+                ppx, ppy = prev
+                for cx in range(ppx + 1, px):
+                    cy = ppy + (py - ppy) * (cx - ppx) // (px - ppx)
+                    _dot(bits, owner, cx, cy, index)
+                lo, hi = sorted((ppy, py))
+                mid = (lo + hi) // 2
+                for cy in range(lo, hi + 1) if hi - lo > 1 else ():
+                    _dot(bits, owner, px if cy >= mid else ppx, cy, index)
+            _dot(bits, owner, px, py, index)
+            prev = (px, py)
+    rows = [[(chr(0x2800 + bits[r][c]) if bits[r][c] else " ", owner[r][c])
+             for c in range(width)] for r in range(height)]
+    return Frame(rows, (x0, x1), (y0, y1))
+
+
+def _dot(bits: list[list[int]], owner: list[list[int]], px: int, py: int, index: int) -> None:
+    r, c = py >> 2, px >> 1
+    if r < 0 or c < 0 or r >= len(bits) or c >= len(bits[0]):
+        return
+    bits[r][c] |= _DOT[px & 1][py & 3]
+    owner[r][c] = index
+
+
+def tick_label(value: float, log_y: bool) -> str:
+    v = 10 ** value if log_y else value
+    text = f"{v:.3g}"
+    return text if len(text) <= 7 else f"{v:.1e}"

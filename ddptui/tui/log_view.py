@@ -1,0 +1,261 @@
+"""The log pane: a Textual ``Log`` fed in batches, with follow, wrap, search and scrollback.
+
+It stays a plain ``Log`` of strings (cheap to append thousands a second); colours, matches
+and the current-match bar are painted per visible row, so they cost nothing off screen.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Iterable
+
+from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style
+from textual.binding import Binding
+from textual.events import MouseScrollUp
+from textual.message import Message
+from textual.reactive import reactive, var
+from textual.strip import Strip
+from textual.widgets import Log
+
+from ddptui.events import Level
+from ddptui.tui.views import line_style, wrap_line
+
+#: Lines kept in the widget; older ones come back from the in-memory rings or from disk.
+MAX_LINES = 4000
+_WRAP_FACTOR = 4
+
+
+_LEVEL_STYLE = {Level.ERROR: Style(color="red", bold=True), Level.WARNING: Style(color="yellow")}
+_NCCL_DIM = Style(dim=True)
+_MATCH = Style(color="black", bgcolor="yellow", bold=True)
+_CURRENT = Style(reverse=True)
+_CACHE_ROWS = 1000
+
+
+class LineStyler:
+    """Colours a shown line by its level, dims NCCL chatter, marks search matches.
+
+    Builds the row's segments directly (no Rich ``Text`` and no console render per row),
+    and keeps the result per distinct line, so a repaint of unchanged rows is a lookup.
+    """
+
+    def __init__(self) -> None:
+        self.pattern: re.Pattern[str] | None = None
+        self.dim_nccl = True
+        self._cache: dict[tuple[str, Style, bool], Strip] = {}
+
+    def forget(self) -> None:
+        self._cache.clear()
+
+    def strip(self, text: str, base: Style, current: bool) -> Strip:
+        key = (text, base, current)
+        got = self._cache.get(key)
+        if got is not None:
+            return got
+        level = line_style(text)
+        style = base
+        if level is None:
+            if self.dim_nccl:
+                style = base + _NCCL_DIM
+        elif level in _LEVEL_STYLE:
+            style = base + _LEVEL_STYLE[level]
+        if current:
+            style = style + _CURRENT
+        segments: list[Segment] = []
+        pos = 0
+        if self.pattern is not None:
+            hit = style + _MATCH
+            for m in self.pattern.finditer(text):
+                if m.end() <= m.start():
+                    continue
+                if m.start() > pos:
+                    segments.append(Segment(text[pos:m.start()], style))
+                segments.append(Segment(text[m.start():m.end()], hit))
+                pos = m.end()
+        if pos < len(text):
+            segments.append(Segment(text[pos:], style))
+        strip = Strip(segments, cell_len(text))
+        if len(self._cache) >= _CACHE_ROWS:
+            self._cache.clear()
+        self._cache[key] = strip
+        return strip
+
+
+class LogView(Log):
+    BINDINGS = [
+        Binding("end", "resume", "Follow again", show=False),
+        Binding("home", "older", "Top / older lines", show=False),
+    ]
+
+    follow: reactive[bool] = reactive(True, init=False)
+    wrap: reactive[bool] = reactive(False, init=False)
+    pending: var[int] = var(0)  # lines that arrived while paused
+    match_row: var[int | None] = var(None)
+
+    class OlderWanted(Message):
+        """The user is at the top and asks for more: the app reads them from disk."""
+
+    class FollowChanged(Message):
+        def __init__(self, follow: bool) -> None:
+            super().__init__()
+            self.follow = follow
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(highlight=False, max_lines=MAX_LINES, auto_scroll=True, id=id)
+        self.styler = LineStyler()
+        self.raw: deque[str] = deque(maxlen=MAX_LINES)  # unwrapped lines, what `save` writes
+        self._held: deque[str] = deque(maxlen=MAX_LINES)
+        self.history = 0  # lines above the rings, read from disk
+
+    def _update_size(self, updates: int, lines: list[str]) -> None:  # type: ignore[override]
+        """Skip ``Log``'s per-write width scan (a thread measuring every line): long lines
+        are cut (overflow-x is hidden) or wrapped with `w`, so the width is never needed,
+        and under a flood that scan competes with the event loop for the GIL."""
+
+    # -- content ---------------------------------------------------------------------------
+
+    def set_lines(self, lines: Iterable[str]) -> None:
+        """Replace everything (a new view, filter, wrap): one clear and one batched write."""
+        self.raw.clear()
+        self.raw.extend(lines)
+        self._held.clear()
+        self.pending = 0
+        self.history = 0
+        self.match_row = None
+        self._rewrite(scroll_end=self.follow)
+
+    def append(self, lines: list[str]) -> None:
+        if not lines:
+            return
+        if not self.follow:
+            self._held.extend(lines)
+            self.pending += len(lines)
+            return
+        self.raw.extend(lines)
+        self.write_lines(self._rows(lines), scroll_end=True)
+
+    def prepend(self, lines: list[str]) -> None:
+        """Older lines above the current first one; the viewport stays on what it showed."""
+        if not lines:
+            return
+        self.follow = False
+        keep = list(self.raw)
+        self.raw = deque(lines + keep, maxlen=len(lines) + len(keep))
+        self.history += len(lines)
+        added = len(self._rows(lines))
+        self.max_lines = None
+        self._rewrite(scroll_end=False)
+        self.scroll_to(y=max(0, added - 1), animate=False, immediate=True)
+
+    def _rows(self, lines: Iterable[str]) -> list[str]:
+        if not self.wrap:
+            return list(lines)
+        width = max(20, self.scrollable_content_region.width - 1)
+        rows: list[str] = []
+        for line in lines:
+            rows.extend(wrap_line(line, width))
+        return rows
+
+    def _rewrite(self, *, scroll_end: bool) -> None:
+        if self.history == 0:
+            self.max_lines = MAX_LINES * (_WRAP_FACTOR if self.wrap else 1)
+        self.clear()
+        self.write_lines(self._rows(self.raw), scroll_end=scroll_end)
+        if not scroll_end:
+            self.refresh()
+
+    def watch_wrap(self) -> None:
+        self._rewrite(scroll_end=self.follow)
+
+    def watch_follow(self, follow: bool) -> None:
+        if follow:
+            if self._held or self.history:
+                self.history = 0
+                self.raw.extend(self._held)
+                self._held.clear()
+                self.raw = deque(list(self.raw)[-MAX_LINES:], maxlen=MAX_LINES)
+                self._rewrite(scroll_end=True)
+            self.pending = 0
+            self.match_row = None
+            self.scroll_end(animate=False, immediate=True)
+        self.post_message(self.FollowChanged(follow))
+
+    def set_pattern(self, pattern: re.Pattern[str] | None) -> None:
+        self.styler.pattern = pattern
+        self.styler.forget()
+        self.refresh()
+
+    def set_dim_nccl(self, dim: bool) -> None:
+        self.styler.dim_nccl = dim
+        self.styler.forget()
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self.styler.forget()
+
+    # -- moving around ---------------------------------------------------------------------
+
+    def jump_to(self, row: int) -> None:
+        """Put ``row`` in view and mark it; following stops so it stays there."""
+        self.follow = False
+        self.match_row = row
+        self.scroll_to(y=max(0, row - self.scrollable_content_region.height // 3),
+                       animate=False, immediate=True)
+        self.refresh()
+
+    def find_row(self, start: int, forward: bool, pattern: re.Pattern[str] | None,
+                 level: Level | None = None) -> int | None:
+        lines = self.lines
+        n = len(lines)
+        rng = range(start, n) if forward else range(min(start, n - 1), -1, -1)
+        for y in rng:
+            text = lines[y]
+            if pattern is not None and pattern.search(text):
+                return y
+            if level is not None and line_style(text) is level:
+                return y
+        return None
+
+    def watch_match_row(self) -> None:
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        if self.text_selection is not None:  # mouse selection: Log's own path draws it
+            return super().render_line(y)
+        scroll_x, scroll_y = self.scroll_offset
+        index = scroll_y + y
+        width = self.scrollable_content_region.width
+        base = self.rich_style
+        lines = self.lines
+        if index >= len(lines):
+            return Strip.blank(width, base)
+        text = self._process_line(lines[index])
+        strip = self.styler.strip(text, base, index == self.match_row)
+        return strip.crop_extend(scroll_x, scroll_x + width, base).apply_offsets(scroll_x, index)
+
+    def _pause(self) -> None:
+        if self.follow and self.max_scroll_y > 0:
+            self.follow = False
+
+    def action_scroll_up(self) -> None:
+        self._pause()
+        super().action_scroll_up()
+
+    def action_page_up(self) -> None:
+        self._pause()
+        super().action_page_up()
+
+    def on_mouse_scroll_up(self, event: MouseScrollUp) -> None:
+        self._pause()
+
+    def action_resume(self) -> None:
+        self.follow = True
+
+    def action_older(self) -> None:
+        self._pause()
+        if self.scroll_y <= 0:
+            self.post_message(self.OlderWanted())
+        self.scroll_home(animate=False, immediate=True)

@@ -1,0 +1,103 @@
+"""Which log lines a view shows and how each is written: pure, so it is tested without Textual.
+
+The log widget holds plain strings; colour comes back at paint time from
+:func:`line_style`, which looks only at the few lines on screen.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+from ddptui.events import Level, LogLine, Source, classify_level
+
+
+class ViewKind(StrEnum):
+    ALL = "all"
+    RANK = "rank"
+    NODE = "node"
+    NCCL = "nccl"
+    PROBLEMS = "problems"
+
+
+VIEW_ORDER = (ViewKind.ALL, ViewKind.RANK, ViewKind.NODE, ViewKind.NCCL, ViewKind.PROBLEMS)
+
+
+@dataclass(frozen=True, slots=True)
+class ViewSpec:
+    kind: ViewKind = ViewKind.ALL
+    rank: int | None = None
+    node: str | None = None
+
+    def accepts(self, line: LogLine) -> bool:
+        kind = self.kind
+        if kind is ViewKind.ALL:
+            return True
+        if kind is ViewKind.RANK:
+            return line.rank == self.rank
+        if kind is ViewKind.NODE:
+            return line.node == self.node
+        if kind is ViewKind.NCCL:
+            return line.source is Source.NCCL
+        return line.level is Level.WARNING or line.level is Level.ERROR
+
+    @property
+    def label(self) -> str:
+        if self.kind is ViewKind.RANK:
+            return f"rank {self.rank}"
+        if self.kind is ViewKind.NODE:
+            return f"node {self.node}"
+        return {ViewKind.ALL: "all ranks", ViewKind.NCCL: "NCCL only",
+                ViewKind.PROBLEMS: "warnings and errors"}[self.kind]
+
+
+def format_line(line: LogLine, view: ViewSpec) -> str:
+    """One log line as shown: a rank (or node) tag unless the view already says whose it is."""
+    if view.kind is ViewKind.RANK:
+        return line.text
+    if line.rank is not None:
+        return f"[{line.rank}] {line.text}"
+    if view.kind is ViewKind.NODE:
+        return f"[{line.source}] {line.text}"
+    return f"[{line.node}] {line.text}"
+
+
+_TAG_RE = re.compile(r"^\[[^\]]*\] ")
+_NCCL_RE = re.compile(r"^\S+:\d+:\d+ \[[^\]]*\] NCCL ")
+
+
+def line_style(shown: str) -> Level | None:
+    """Level of a shown line for colouring; None for NCCL lines (dimmed) — they are chatty."""
+    m = _TAG_RE.match(shown)
+    body = shown[m.end():] if m else shown
+    if _NCCL_RE.match(body):
+        return None
+    return classify_level(body)
+
+
+def compile_filter(pattern: str) -> tuple[re.Pattern[str] | None, str]:
+    """A search regex with less's smart case; a broken regex is searched as plain text.
+
+    Returns the pattern and a message for the user ("" when the regex was fine).
+    """
+    if not pattern:
+        return None, ""
+    flags = 0 if any(c.isupper() for c in pattern) else re.IGNORECASE
+    try:
+        return re.compile(pattern, flags), ""
+    except re.error as e:
+        return re.compile(re.escape(pattern), flags), f"not a regex ({e}); searching the text"
+
+
+def wrap_line(shown: str, width: int) -> list[str]:
+    """Split a line into rows of ``width`` cells; continuation rows are indented by two."""
+    if width <= 4 or len(shown) <= width:
+        return [shown]
+    rows = [shown[:width]]
+    rest = shown[width:]
+    step = width - 2
+    while rest:
+        rows.append("  " + rest[:step])
+        rest = rest[step:]
+    return rows

@@ -1,0 +1,575 @@
+"""Pilot tests of the dashboard: every binding and every node state, on recorded runs.
+
+The controller here is a stand-in with the real one's methods; the end-to-end test
+(test_tui_e2e.py) drives the real one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import re
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from textual.command import CommandPalette
+
+from ddptui.events import LogLine, NodeState, NodeStatus
+from ddptui.store import Store
+from ddptui.tui.app import DashboardApp
+from ddptui.tui.confirm_screen import ConfirmScreen
+from ddptui.tui.help_screen import HelpScreen
+from ddptui.tui.log_view import LogView
+from ddptui.tui.quit_screen import QuitScreen
+from ddptui.tui.replay import T0, scenario
+from ddptui.tui.run_picker import RunPicker
+from ddptui.tui.views import ViewKind
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def sync(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Run an async test without an async pytest plugin (the project needs none)."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(fn(*args, **kwargs))
+
+    return run
+
+
+class LaunchError(Exception):
+    """Named like the controller's, which the app shows as it is."""
+
+
+class FakeController:
+    """The controller's surface; launch plays a recorded run into the store."""
+
+    instances: list[FakeController] = []
+
+    def __init__(self, name: str = "train", run_id: str = "fake-run", fail: str = "") -> None:
+        self.store = Store()
+        self.run_id = run_id
+        self.name = name
+        self.fail = fail
+        self.launched = self.stopped = self.detached = 0
+        self._done = False
+        self.result: Any = None
+        FakeController.instances.append(self)
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def launch(self) -> None:
+        self.launched += 1
+        if self.fail:
+            raise LaunchError(self.fail)
+        scenario(self.name, self.store)
+        self.store.set_run(run_id=self.run_id)
+
+    def stop(self, grace: float | None = None) -> Any:
+        self.stopped += 1
+        self.store.apply([NodeState(n.name, NodeStatus.STOPPED, T0 + 9, exit_code=-15)
+                          for n in self.store.node_views()])
+        self.store.set_run(status="stopped", ended_at=T0 + 9)
+        self.result = SimpleNamespace(exit_code=0, stopped=True)
+        self._done = True
+        return SimpleNamespace(leftover={}, clean=True)
+
+    def detach(self) -> None:
+        self.detached += 1
+
+    def wait(self, timeout: float | None = None) -> Any:
+        return self.result
+
+    def process_estimate(self) -> tuple[int, int]:
+        return 4, 2
+
+
+def make_app(store: Store | None = None, **kw: Any) -> DashboardApp:
+    FakeController.instances.clear()
+    kw.setdefault("controller_factory", lambda config, root: FakeController())
+    kw.setdefault("clock", lambda: T0 + 10)
+    config = kw.pop("config", SimpleNamespace(path=Path("hosts.yaml")))
+    return DashboardApp(config, store=store, **kw)
+
+
+async def settle(pilot: Any, app: DashboardApp) -> None:
+    await pilot.pause()
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+    app._last_table = 0.0
+    app._last_chart = 0.0
+    app.tick()
+    await pilot.pause()
+    await app.workers.wait_for_complete()  # the chart is drawn by a thread worker
+    await pilot.pause()
+
+
+def toasts(app: DashboardApp) -> str:
+    return "\n".join(str(n.message) for n in app._notifications)
+
+
+def table_text(app: DashboardApp) -> dict[str, list[str]]:
+    table = app.nodes_table
+    return {str(k.value): [str(c) for c in table.get_row(k)] for k in table.rows}
+
+
+async def launched(pilot: Any, app: DashboardApp) -> FakeController:
+    await pilot.press("l")
+    await settle(pilot, app)
+    return FakeController.instances[-1]
+
+
+@sync
+async def test_launch_fills_header_table_log_and_chart() -> None:
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        c = await launched(pilot, app)
+        assert c.launched == 1 and app.store is c.store
+        rows = table_text(app)
+        assert rows["n:local-a"][3] == "running" and rows["n:local-b"][2] == "2,3"
+        assert set(app.chart.plotted) == {0, 1, 2, 3}
+        assert "fake-run" in str(app.header.render())
+        assert "node_rank is only used" in "\n".join(app.log_view.lines)
+
+
+@sync
+async def test_launch_error_is_shown_and_nothing_runs() -> None:
+    app = make_app(controller_factory=lambda config, root: FakeController(
+        fail="node local-b: python3 cannot import torch"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("l")
+        await settle(pilot, app)
+        assert "cannot import torch" in toasts(app)
+        assert not app.live and app.busy == ""
+
+
+@sync
+async def test_launch_without_hosts_file_says_so() -> None:
+    app = make_app(config=None)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("l")
+        await settle(pilot, app)
+        assert "No hosts file" in toasts(app)
+
+
+@sync
+async def test_stop_asks_with_process_count_then_stops() -> None:
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        c = await launched(pilot, app)
+        await pilot.press("x")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        assert "4 processes on 2 nodes" in app.screen.question
+        await pilot.press("n")
+        await pilot.pause()
+        assert c.stopped == 0
+        await pilot.press("x")
+        await pilot.pause()
+        await pilot.press("y")
+        await settle(pilot, app)
+        assert c.stopped == 1
+        assert "no process of it is left" in toasts(app)
+        assert table_text(app)["n:local-a"][3] == "stopped"
+
+
+@sync
+async def test_restart_stops_then_launches_a_fresh_run() -> None:
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        first = await launched(pilot, app)
+        await pilot.press("R")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await settle(pilot, app)
+        assert first.stopped == 1
+        assert len(FakeController.instances) == 2
+        assert app.controller is FakeController.instances[1]
+        assert FakeController.instances[1].launched == 1
+
+
+@sync
+async def test_attach_picks_a_run() -> None:
+    runs = [SimpleNamespace(run_id="old-run", status="finished", started_at=T0, nodes=["a"],
+                            world_size=2, hosts_file="h.yaml")]
+    attached: list[str] = []
+
+    def attacher(run_id: str, root: Path | None) -> FakeController:
+        attached.append(run_id)
+        c = FakeController("failed", run_id=run_id)
+        scenario("failed", c.store)
+        return c
+
+    app = make_app(run_lister=lambda root: runs, attacher=attacher)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("a")
+        await settle(pilot, app)
+        assert isinstance(app.screen, RunPicker)
+        await pilot.press("enter")
+        await settle(pilot, app)
+        assert attached == ["old-run"]
+        assert table_text(app)["n:local-a"][3] == "failed"
+
+
+@sync
+async def test_attach_on_start() -> None:
+    app = make_app(attach="old-run", attacher=lambda run_id, root: FakeController(
+        run_id=run_id))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        assert app.controller is not None and app.controller.run_id == "old-run"
+
+
+@sync
+async def test_quit_when_idle_exits() -> None:
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("q")
+        await pilot.pause()
+    assert app.return_code == 0
+
+
+@sync
+async def test_quit_leave_running_detaches() -> None:
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        c = await launched(pilot, app)
+        await pilot.press("q")
+        await pilot.pause()
+        assert isinstance(app.screen, QuitScreen)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, QuitScreen)
+        await pilot.press("q")
+        await pilot.pause()
+        await pilot.press("l")
+        await settle(pilot, app)
+    assert c.detached == 1 and c.stopped == 0
+
+
+@sync
+async def test_quit_and_stop() -> None:
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        c = await launched(pilot, app)
+        await pilot.press("q")
+        await pilot.pause()
+        await pilot.press("s")
+        await settle(pilot, app)
+    assert c.stopped == 1 and c.detached == 0
+
+
+@sync
+async def test_every_node_state_shows_with_its_tone() -> None:
+    store = scenario("train")
+    app = make_app(store)
+    async with app.run_test(size=(160, 48)) as pilot:
+        for status in NodeStatus:
+            store.apply([NodeState("local-b", status, T0 + 3, attempt=2, exit_code=3)])
+            await settle(pilot, app)
+            cell = app.nodes_table.get_row("n:local-b")[3]
+            want = "restart #2" if status is NodeStatus.RESTARTING else str(status)
+            assert str(cell) == want
+            if status in (NodeStatus.FAILED, NodeStatus.LOST):
+                assert "red" in str(cell.style)
+                assert "local-b" in toasts(app)
+
+
+@sync
+async def test_failure_toast_names_rank_and_root_cause() -> None:
+    app = make_app(scenario("failed"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        said = toasts(app)
+        assert "rank 1" in said and "ValueError: boom on rank 1" in said
+        assert "failed" in str(app.header.render())
+
+
+@sync
+async def test_restarting_state_with_attempt() -> None:
+    app = make_app(scenario("restart"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        assert table_text(app)["n:local-a"][3] == "restart #1"
+        header = str(app.header.render())
+        assert "restarting #1" in header and "restarts 1" in header
+
+
+@sync
+async def test_straggler_and_stall_marks() -> None:
+    store = scenario("train")
+    app = make_app(store, clock=lambda: T0 + 10, stall_after=5.0)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot, app)
+        assert {table_text(app)[f"r:{r}"][3] for r in range(4)} == {"stalled"}
+    store = scenario("train")
+    store.apply([NodeState("local-b", NodeStatus.RUNNING, T0)])
+    from ddptui.events import Metric
+
+    store.apply([Metric("local-b", 3, "metric", 41, {"step_time_s": 0.5}, T0 + 9)])
+    app = make_app(store, clock=lambda: T0 + 10, stall_after=60.0)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot, app)
+        assert table_text(app)["r:3"][3] == "straggler"
+        assert table_text(app)["r:0"][3] == ""
+
+
+@sync
+async def test_views_cycle_and_filter() -> None:
+    app = make_app(scenario("nccl"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        kinds = []
+        for _ in range(5):
+            await pilot.press("v")
+            await settle(pilot, app)
+            kinds.append(app.view.kind)
+        assert kinds == [ViewKind.RANK, ViewKind.NODE, ViewKind.NCCL, ViewKind.PROBLEMS,
+                         ViewKind.ALL]
+        await pilot.press("v", "v", "v")  # NCCL only
+        await settle(pilot, app)
+        lines = app.log_view.lines
+        assert lines and all("NCCL" in ln for ln in lines)
+        await pilot.press("v")  # warnings and errors
+        await settle(pilot, app)
+        assert any("out of memory" in ln for ln in app.log_view.lines)
+        assert any("Unable to resolve hostname" in ln for ln in app.log_view.lines)
+        assert not any("Bootstrap" in ln for ln in app.log_view.lines)
+
+
+@sync
+async def test_rank_and_node_targets_cycle_with_brackets() -> None:
+    app = make_app(scenario("nccl"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("right_square_bracket")
+        await settle(pilot, app)
+        assert (app.view.kind, app.view.rank) == (ViewKind.RANK, 0)
+        await pilot.press("right_square_bracket", "right_square_bracket")
+        await settle(pilot, app)
+        assert app.view.rank == 2
+        assert app.log_view.lines and not any(ln.startswith("[") for ln in app.log_view.lines)
+        await pilot.press("left_square_bracket")
+        await settle(pilot, app)
+        assert app.view.rank == 1
+
+
+@sync
+async def test_filter_highlights_and_n_moves_between_matches() -> None:
+    app = make_app(scenario("nccl"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("slash")
+        await pilot.pause()
+        assert app.focused is not None and app.focused.id == "filter"
+        await pilot.press(*"init", "enter")
+        await settle(pilot, app)
+        lines = app.log_view.lines
+        assert len(lines) == 2 and all("Init COMPLETE" in ln for ln in lines)
+        assert app.pattern is not None and app.pattern.flags & re.IGNORECASE
+        await pilot.press("n")
+        assert app.log_view.match_row == 0 and not app.log_view.follow
+        await pilot.press("n")
+        assert app.log_view.match_row == 1
+        await pilot.press("N")
+        assert app.log_view.match_row == 0
+        await pilot.press("escape")
+        await settle(pilot, app)
+        assert app.pattern is None and len(app.log_view.lines) > 2
+
+
+@sync
+async def test_bad_regex_is_searched_as_text() -> None:
+    app = make_app(scenario("nccl"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        app.set_filter("[0")
+        await settle(pilot, app)
+        assert "not a regex" in toasts(app)
+        assert all("[0" in ln for ln in app.log_view.lines)
+
+
+@sync
+async def test_follow_pauses_counts_new_lines_and_end_resumes() -> None:
+    store = scenario("failed")
+    app = make_app(store)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        log = app.log_view
+        await pilot.press("pageup")
+        assert not log.follow
+        store.apply([LogLine("local-a", f"late line {i}", T0 + 20, rank=0) for i in range(7)])
+        await settle(pilot, app)
+        assert log.pending == 7
+        assert "7 new" in str(app.log_status.render())
+        await pilot.press("end")
+        await settle(pilot, app)
+        assert log.follow and log.pending == 0
+        assert log.lines[-1].endswith("late line 6")
+        await pilot.press("s")
+        assert not log.follow
+        await pilot.press("s")
+        assert log.follow
+
+
+@sync
+async def test_wrap_toggle_splits_long_lines() -> None:
+    app = make_app(scenario("failed"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        log = app.log_view
+        before = len(log.lines)
+        await pilot.press("w")
+        await pilot.pause()
+        assert log.wrap and len(log.lines) > before
+        assert max(len(ln) for ln in log.lines) <= log.size.width
+        await pilot.press("w")
+        await pilot.pause()
+        assert len(log.lines) == before
+
+
+@sync
+async def test_jump_to_first_error() -> None:
+    app = make_app(scenario("failed"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("e")
+        log = app.log_view
+        assert log.match_row is not None
+        assert "Traceback" in log.lines[log.match_row]
+
+
+@sync
+async def test_save_view_writes_a_file(tmp_path: Path) -> None:
+    store = scenario("failed", Store(tmp_path / "run"))
+    app = make_app(store)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("o")
+        await settle(pilot, app)
+        saved = list((tmp_path / "run").glob("view-*.log"))
+        assert len(saved) == 1
+        assert "boom on rank 1" in saved[0].read_text()
+        assert "Saved" in toasts(app)
+
+
+@sync
+async def test_home_at_top_reads_older_lines_from_disk(tmp_path: Path) -> None:
+    store = Store(tmp_path / "run", ring_lines=50, rank_lines=50)
+    store.set_run(run_id="big", status="running", started_at=T0)
+    store.add_node("local-a", 0)
+    for b in range(10):
+        store.apply([LogLine("local-a", f"line {b * 100 + i}", T0, rank=0)
+                     for i in range(100)])
+    app = make_app(store)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("right_square_bracket")
+        await settle(pilot, app)
+        log = app.log_view
+        assert log.lines[0] == "line 950"
+        await pilot.press("home")
+        await pilot.press("home")
+        await settle(pilot, app)
+        assert log.lines[0] == "line 0" and log.lines[949] == "line 949"
+        assert log.history == 950 and not log.follow
+        assert "from disk" in str(app.log_status.render())
+        await pilot.press("end")
+        await settle(pilot, app)
+        assert log.history == 0 and log.follow
+
+
+@sync
+async def test_metrics_layout_metric_cycle_and_log_scale() -> None:
+    app = make_app(scenario("train"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        chart = app.chart
+        assert not chart.display  # narrow: logs only, the chart does not draw
+        assert chart.plotted == {}
+        await pilot.press("m")
+        await settle(pilot, app)
+        assert chart.display and not app.logs_pane.display
+        assert set(chart.plotted) == {0, 1, 2, 3}
+        await pilot.press("c")
+        await settle(pilot, app)
+        assert chart.metric == "eval_loss"
+        await pilot.press("y")
+        await settle(pilot, app)
+        assert chart.log_scale
+        await pilot.press("m")
+        await settle(pilot, app)
+        assert chart.display and app.logs_pane.display
+
+
+@sync
+async def test_help_lists_every_binding() -> None:
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        titles = [b.description for _, bs in app.screen.sections for b in bs]
+        for b in DashboardApp.BINDINGS:
+            assert b.description in titles  # type: ignore[union-attr]
+        for b in LogView.BINDINGS:
+            assert b.description in titles  # type: ignore[union-attr]
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, HelpScreen)
+
+
+@sync
+async def test_command_palette_runs_launch() -> None:
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        assert isinstance(app.screen, CommandPalette)
+        await pilot.press(*"Launch")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await settle(pilot, app)
+        assert FakeController.instances and FakeController.instances[-1].launched == 1
+
+
+@sync
+async def test_row_enter_opens_that_rank() -> None:
+    app = make_app(scenario("train"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        table = app.nodes_table
+        table.focus()
+        table.move_cursor(row=1)
+        await pilot.press("enter")
+        await settle(pilot, app)
+        assert (app.view.kind, app.view.rank) == (ViewKind.RANK, 0)
+
+
+@sync
+async def test_restart_after_attach_uses_the_runs_own_hosts_file() -> None:
+    seen: list[Any] = []
+
+    def factory(config: Any, root: Path | None) -> FakeController:
+        seen.append(config)
+        return FakeController()
+
+    def attacher(run_id: str, root: Path | None) -> FakeController:
+        c = FakeController(run_id=run_id)
+        c.config = "hosts of the old run"  # type: ignore[attr-defined]
+        c._done = True
+        return c
+
+    app = make_app(config=None, attach="old", attacher=attacher, controller_factory=factory)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("R")
+        await settle(pilot, app)
+        assert seen == ["hosts of the old run"]

@@ -1,0 +1,155 @@
+"""The dashboard's pure helpers: views, downsampling, health, rows, disk scrollback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ddptui.events import Level, LogLine, NodeStatus, Source
+from ddptui.store import NodeView, RankView
+from ddptui.tui.downsample import BLOCKS, downsample, sparkline
+from ddptui.tui.health import assess
+from ddptui.tui.node_rows import age, build_rows, rank_span, rate
+from ddptui.tui.scrollback import LineFile
+from ddptui.tui.views import (
+    ViewKind,
+    ViewSpec,
+    compile_filter,
+    format_line,
+    line_style,
+    wrap_line,
+)
+
+NCCL = "gpu-b:4312:4312 [0] NCCL INFO Bootstrap : Using eth0"
+
+
+def line(text: str, rank: int | None = 0, node: str = "a", **kw: object) -> LogLine:
+    return LogLine(node, text, 0.0, rank=rank, **kw)  # type: ignore[arg-type]
+
+
+def test_views_accept_what_they_name() -> None:
+    nccl = line(NCCL, source=Source.NCCL)
+    warn = line("careful", rank=1, level=Level.WARNING)
+    agent = line("agent says", rank=None, node="b", source=Source.AGENT)
+    assert ViewSpec().accepts(agent)
+    assert ViewSpec(ViewKind.RANK, rank=1).accepts(warn)
+    assert not ViewSpec(ViewKind.RANK, rank=1).accepts(agent)
+    assert ViewSpec(ViewKind.NODE, node="b").accepts(agent)
+    assert ViewSpec(ViewKind.NCCL).accepts(nccl) and not ViewSpec(ViewKind.NCCL).accepts(warn)
+    assert ViewSpec(ViewKind.PROBLEMS).accepts(warn)
+    assert not ViewSpec(ViewKind.PROBLEMS).accepts(nccl)
+
+
+def test_format_line_tags_whose_line_it_is() -> None:
+    assert format_line(line("x", rank=3), ViewSpec()) == "[3] x"
+    assert format_line(line("x", rank=None, node="b"), ViewSpec()) == "[b] x"
+    assert format_line(line("x", rank=3), ViewSpec(ViewKind.RANK, rank=3)) == "x"
+    agent = line("x", rank=None, source=Source.AGENT)
+    assert format_line(agent, ViewSpec(ViewKind.NODE, node="a")) == "[agent] x"
+
+
+def test_line_style_colours_and_dims() -> None:
+    assert line_style(f"[2] {NCCL}") is None
+    assert line_style("[1] ValueError: boom") is Level.ERROR
+    assert line_style("[1] step 3") is Level.INFO
+
+
+def test_filter_smart_case_and_bad_regex() -> None:
+    pat, msg = compile_filter("loss")
+    assert pat is not None and pat.search("LOSS") and msg == ""
+    pat, _ = compile_filter("Loss")
+    assert pat is not None and not pat.search("loss")
+    pat, msg = compile_filter("a[")
+    assert pat is not None and pat.search("xa[y") and "not a regex" in msg
+    assert compile_filter("") == (None, "")
+
+
+def test_wrap_line() -> None:
+    assert wrap_line("short", 20) == ["short"]
+    rows = wrap_line("x" * 50, 20)
+    assert rows[0] == "x" * 20 and all(r.startswith("  ") for r in rows[1:])
+    assert "".join(r.lstrip() for r in rows) == "x" * 50
+
+
+def test_downsample_keeps_extremes_and_bounds() -> None:
+    xs = list(range(10_000))
+    ys = [float(i % 100) for i in xs]
+    ys[5000] = 1e6
+    dx, dy = downsample(xs, ys, 50)
+    assert len(dx) <= 100 and 1e6 in dy and dx == sorted(dx)
+    assert downsample([1, 2], [3.0, 4.0], 50) == ([1, 2], [3.0, 4.0])
+
+
+def test_sparkline() -> None:
+    assert sparkline([], 8) == ""
+    s = sparkline([float(i) for i in range(100)], 8)
+    assert len(s) == 8 and s[0] == BLOCKS[0] and s[-1] == BLOCKS[-1]
+    assert sparkline([1.0, 1.0], 8) == BLOCKS[0] * 2
+
+
+def test_health_straggler_and_stall() -> None:
+    ranks = [RankView(r, "a", step_time_s=0.1, last_step_time=100.0) for r in range(3)]
+    ranks.append(RankView(3, "a", step_time_s=0.2, last_step_time=100.0))
+    ranks.append(RankView(4, "a", step_time_s=0.1, last_step_time=10.0))
+    ranks.append(RankView(5, "b", step_time_s=0.9, last_step_time=0.0))  # node b is done
+    h = assess(ranks, 101.0, live_nodes={"a"}, straggler_fraction=0.25, stall_after=60)
+    assert h[3].straggler and not h[0].straggler
+    assert h[4].stalled and h[4].mark == "stalled"
+    assert not h[5].stalled and not h[5].straggler
+    quiet = RankView(6, "a", last_line_time=0.0)
+    assert assess([quiet], 100.0, live_nodes={"a"}, stall_after=60)[6].stalled
+
+
+def test_rows_and_cells() -> None:
+    nodes = [NodeView("a", 0, NodeStatus.FAILED, pid=7, exit_code=1, ranks={0, 1}),
+             NodeView("b", 1, NodeStatus.RESTARTING, attempt=2)]
+    ranks = [RankView(0, "a", last_step=5, samples_per_s=1500.0, loss=2.5)]
+    rows = build_rows(nodes, ranks, {}, lambda r: [3.0, 2.0, 1.0], 10.0)
+    assert [r.key for r in rows] == ["n:a", "r:0", "n:b"]
+    assert rows[0].tone == "error" and rows[0].cells[6] == "1"
+    assert rows[1].cells[2] == "s5" and rows[1].cells[8] == "1.5k"
+    assert rows[2].cells[3] == "restart #2" and rows[2].tone == "warning"
+    assert age(5) == "5s" and age(120) == "2m" and age(None) == "-"
+    assert rate(2.5e6) == "2.5M" and rank_span([0, 1, 2, 3]) == "0-3"
+
+
+def test_line_file_reads_by_line_and_grows(tmp_path: Path) -> None:
+    p = tmp_path / "rank0.log"
+    p.write_text("".join(f"line {i}\n" for i in range(1000)))
+    lf = LineFile(p)
+    assert lf.refresh() == 1000
+    assert lf.read(10, 13) == ["line 10", "line 11", "line 12"]
+    assert lf.find_before("line 500", 1000) == 500
+    with open(p, "a") as f:
+        f.write("line 1000\npartial")
+    assert lf.refresh() == 1001
+    assert lf.read(999, 2000) == ["line 999", "line 1000"]
+    p.write_text("new\n")  # truncated: index again
+    assert lf.refresh() == 1 and lf.read(0, 1) == ["new"]
+    assert LineFile(tmp_path / "missing").refresh() == 0
+
+
+def test_braille_plot_draws_inside_its_box() -> None:
+    from ddptui.tui.braille import plot, tick_label
+
+    frame = plot([([0, 5, 10], [1.0, 5.0, 2.0]), ([0, 10], [3.0, 3.0])], 10, 4)
+    assert frame is not None
+    assert len(frame.rows) == 4 and all(len(r) == 10 for r in frame.rows)
+    owners = {o for row in frame.rows for _, o in row}
+    assert owners == {-1, 0, 1}
+    assert frame.y_range == (1.0, 5.0) and frame.x_range == (0, 10)
+    assert plot([([], [])], 10, 4) is None
+    log_frame = plot([([1, 2], [0.01, 100.0])], 10, 4, log_y=True)
+    assert log_frame is not None and log_frame.y_range == (-2.0, 2.0)
+    assert tick_label(2.0, True) == "100" and tick_label(0.5, False) == "0.5"
+
+
+def test_chart_strips_fit_the_width() -> None:
+    from ddptui.tui.metrics_pane import chart_strips, metric_cycle
+
+    def series(rank: int, name: str) -> tuple[list[int], list[float]]:
+        return list(range(500)), [5.0 / (1 + i + rank) for i in range(500)]
+
+    rows, plotted = chart_strips("loss", False, [0, 1], series, 60, 20)
+    assert set(plotted) == {0, 1} and all(0 < n <= 4 * 52 for n in plotted.values())
+    assert len(rows) == 20 and all(r.cell_length <= 60 for r in rows)
+    assert metric_cycle(["zeta", "loss", "eval_loss"]) == ["loss", "eval_loss", "zeta"]

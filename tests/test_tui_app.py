@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from replay import T0, scenario
 from textual.command import CommandPalette
 
 from ddptui.events import LogLine, NodeState, NodeStatus
@@ -24,7 +25,6 @@ from ddptui.tui.confirm_screen import ConfirmScreen
 from ddptui.tui.help_screen import HelpScreen
 from ddptui.tui.log_view import LogView
 from ddptui.tui.quit_screen import QuitScreen
-from ddptui.tui.replay import T0, scenario
 from ddptui.tui.run_picker import RunPicker
 from ddptui.tui.views import ViewKind
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from replay import T0, scenario
 
 from ddptui.tui.app import DashboardApp
-from ddptui.tui.replay import T0, scenario
 
 pytestmark = pytest.mark.timeout(120)
 

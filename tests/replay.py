@@ -1,4 +1,4 @@
-"""Feeding a store from recorded torchrun output: for tests, benchmarks and demos.
+"""Feeding a store from recorded torchrun output, for the dashboard tests.
 
 Times are synthetic (a fixed start and a fixed step per line) so what the dashboard shows of
 a replay is the same on every machine.
@@ -42,7 +42,7 @@ def replay(
         store.apply([NodeState(node, status, t0 + 60, exit_code=code)])
 
 
-DATA = Path(__file__).resolve().parents[2] / "tests" / "data"
+DATA = Path(__file__).resolve().parent / "data"
 
 
 def shift_ranks(lines: Iterable[str], offset: int) -> list[str]:

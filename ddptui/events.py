@@ -111,7 +111,9 @@ class Failure:
 Event = NodeState | LogLine | Metric | Failure
 
 _GLOG_RE = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
-_GLOG_LEVEL = {"I": Level.INFO, "W": Level.WARNING, "E": Level.ERROR, "F": Level.ERROR}
+# torch's own INFO lines (the agent's, with LOGLEVEL=INFO, and c10d's) are machinery a person
+# reads only when digging: DEBUG, so the all-ranks view can leave them out.
+_GLOG_LEVEL = {"I": Level.DEBUG, "W": Level.WARNING, "E": Level.ERROR, "F": Level.ERROR}
 # As libnccl writes them with NCCL_DEBUG=INFO: `host:pid:tid [dev] NCCL INFO ...`, warnings
 # with their source position `host:pid:tid [dev] misc/socket.cc:483 NCCL WARN ...`, the bare
 # `NCCL version 2.21.5+cuda12.4` banner; torch may put `[rankN]:` in front of any of them.
@@ -129,7 +131,8 @@ _ERROR_RE = re.compile(
     r"Traceback \(most recent call last\)|^(\[rank\d+\]: )?[\w.]*(Error|Exception)(: |$)|"
     r"\bFAILED\b"
 )
-_WARN_RE = re.compile(r"^(\[rank\d+\]: )?[\w.]*Warning: |\bWARN(ING)?\b|^[Ww]arning:")
+# `UserWarning: x`, Python's `file.py:88: UserWarning: x`, `WARNING ...`, `warning: ...`
+_WARN_RE = re.compile(r"(^|: )(\[rank\d+\]: )?[\w.]*Warning: |\bWARN(ING)?\b|^[Ww]arning:")
 _RESTART_RE = re.compile(r"Worker group (FAILED|UNHEALTHY)\. (\d+)/(\d+) attempts left")
 _CHILD_FAILED_RE = re.compile(
     r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)"
@@ -137,6 +140,11 @@ _CHILD_FAILED_RE = re.compile(
 _FIELD_RE = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*: ?(.*)$")
 _RANK_FIELD_RE = re.compile(r"(-?\d+) \(local_rank: (-?\d+)\)")
 _EXIT_FIELD_RE = re.compile(r"(-?\d+)(?: \(pid: \d+\))?\s*(?:\((SIG\w+)\))?")
+
+
+def is_nccl(text: str) -> bool:
+    """A line libnccl wrote (NCCL_DEBUG), whatever torch put in front of it."""
+    return _NCCL_RE.match(text) is not None
 
 
 def classify_level(text: str) -> Level:
@@ -177,6 +185,26 @@ def split_metric(
         else:
             extra[k] = v
     return rank, kind, step, values, extra
+
+
+def format_metric(kind: str, step: int | None, values: dict[str, float]) -> str:
+    """A metric record as a person scans it: ``@metric step=120 loss=0.41 lr=0.003``."""
+    parts = [f"@{kind}"]
+    if step is not None:
+        parts.append(f"step={step}")
+    parts.extend(f"{k}={v:.4g}" for k, v in values.items() if k not in ("attempt", "seq"))
+    return " ".join(parts)
+
+
+def compact_metric_line(text: str) -> str:
+    """``@ddptui {json}`` as :func:`format_metric` shows it; other text unchanged."""
+    if not text.startswith(METRIC_MARK):
+        return text
+    obj = parse_metric(text[len(METRIC_MARK):])
+    if obj is None:
+        return text
+    _, kind, step, values, _ = split_metric(obj, None)
+    return format_metric(kind, step, values)
 
 
 class NodeLogParser:

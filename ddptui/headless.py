@@ -10,7 +10,7 @@ import sys
 from typing import TextIO
 
 from ddptui.controller import Controller, RunResult
-from ddptui.events import Failure, LogLine, Metric, NodeState, Source
+from ddptui.events import Failure, LogLine, Metric, NodeState, Source, format_metric
 from ddptui.follow import Batch
 from ddptui.store import Store
 
@@ -45,10 +45,7 @@ class Printer:
             elif isinstance(ev, NodeState):
                 parts.append(format_state(ev))
             elif isinstance(ev, Metric) and self.metrics:
-                vals = " ".join(f"{k}={v:.4g}" for k, v in ev.values.items()
-                                if k not in ("attempt", "seq"))
-                step = f" step={ev.step}" if ev.step is not None else ""
-                parts.append(f"[{ev.node} r{ev.rank}] @{ev.kind}{step} {vals}")
+                parts.append(f"[{ev.node} r{ev.rank}] {format_metric(ev.kind, ev.step, ev.values)}")
             elif isinstance(ev, Failure):
                 parts.append(format_failure_head(ev))
         if parts:

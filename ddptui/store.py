@@ -139,6 +139,11 @@ class Store:
                 self._mirror.write(events, raw_done or {})
 
     def _apply_one(self, ev: Event) -> None:
+        if isinstance(ev, Metric) and ev.text:
+            # The line as printed belongs in the rank's log too, as machine chatter (DEBUG):
+            # the metrics pane is where it is read, a rank's own view is where it is checked.
+            self._apply_one(LogLine(ev.node, ev.text, ev.time, Source.WORKER, Level.DEBUG,
+                                    ev.rank, None, ev.attempt))
         if isinstance(ev, LogLine):
             self._seq += 1
             self._lines.append(ev)

@@ -138,3 +138,18 @@ def test_lines_that_merely_mention_nccl_are_not_nccl() -> None:
                  "host:1:2 [0] something else"):
         (ev,) = NodeLogParser("a").feed(f"[ddptui 0 0] {text}", 0.0)
         assert isinstance(ev, LogLine) and ev.source is Source.WORKER
+
+
+def test_python_warnings_and_torch_info() -> None:
+    assert classify_level("/x/train.py:88: UserWarning: lr is high") is Level.WARNING
+    assert classify_level("I1121 14:50:17.5 28 api.py:9] [default] Starting worker group") \
+        is Level.DEBUG
+
+
+def test_compact_metric_line() -> None:
+    from ddptui.events import compact_metric_line
+
+    text = '@ddptui {"v": 1, "kind": "metric", "rank": 0, "step": 7, "loss": 0.5, "seq": 3}'
+    assert compact_metric_line(text) == "@metric step=7 loss=0.5"
+    assert compact_metric_line("@ddptui {broken") == "@ddptui {broken"
+    assert compact_metric_line("plain") == "plain"

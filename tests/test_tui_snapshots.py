@@ -25,7 +25,9 @@ def app_for(name: str) -> DashboardApp:
 async def settled(pilot: Any) -> None:
     app = pilot.app
     await pilot.pause()
+    await app.workers.wait_for_complete()
     app._last_table = app._last_chart = 0.0
+    app.chart.dirty = True  # draw now, at the final size, whatever earlier ticks did
     app.tick()
     await pilot.pause()
     await app.workers.wait_for_complete()  # the chart is drawn by a thread worker

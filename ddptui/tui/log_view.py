@@ -28,7 +28,8 @@ MAX_LINES = 4000
 _WRAP_FACTOR = 4
 
 
-_LEVEL_STYLE = {Level.ERROR: Style(color="red", bold=True), Level.WARNING: Style(color="yellow")}
+_LEVEL_STYLE = {Level.ERROR: Style(color="red", bold=True), Level.WARNING: Style(color="yellow"),
+                Level.DEBUG: Style(dim=True)}
 _NCCL_DIM = Style(dim=True)
 _MATCH = Style(color="black", bgcolor="yellow", bold=True)
 _CURRENT = Style(reverse=True)

@@ -10,7 +10,15 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ddptui.events import Level, LogLine, Source, classify_level
+from ddptui.events import (
+    METRIC_MARK,
+    Level,
+    LogLine,
+    Source,
+    classify_level,
+    compact_metric_line,
+    is_nccl,
+)
 
 
 class ViewKind(StrEnum):
@@ -32,8 +40,8 @@ class ViewSpec:
 
     def accepts(self, line: LogLine) -> bool:
         kind = self.kind
-        if kind is ViewKind.ALL:
-            return True
+        if kind is ViewKind.ALL:  # torch's own INFO lines stay in the rank and node views
+            return line.level is not Level.DEBUG or line.text.startswith(METRIC_MARK)
         if kind is ViewKind.RANK:
             return line.rank == self.rank
         if kind is ViewKind.NODE:
@@ -53,26 +61,33 @@ class ViewSpec:
 
 
 def format_line(line: LogLine, view: ViewSpec) -> str:
-    """One log line as shown: a rank (or node) tag unless the view already says whose it is."""
+    """One log line as shown: a rank (or node) tag unless the view already says whose it is.
+
+    Metric records are shown compact (``@metric step=… loss=…``) except in a rank's own view,
+    which shows exactly what the rank printed.
+    """
     if view.kind is ViewKind.RANK:
         return line.text
+    text = compact_metric_line(line.text)
     if line.rank is not None:
-        return f"[{line.rank}] {line.text}"
+        return f"[{line.rank}] {text}"
     if view.kind is ViewKind.NODE:
         return f"[{line.source}] {line.text}"
     return f"[{line.node}] {line.text}"
 
 
 _TAG_RE = re.compile(r"^\[[^\]]*\] ")
-_NCCL_RE = re.compile(r"^\S+:\d+:\d+ \[[^\]]*\] NCCL ")
+_COMPACT_METRIC_RE = re.compile(r"^@\w+ \w+=")  # what compact_metric_line makes
 
 
 def line_style(shown: str) -> Level | None:
     """Level of a shown line for colouring; None for NCCL lines (dimmed) — they are chatty."""
     m = _TAG_RE.match(shown)
     body = shown[m.end():] if m else shown
-    if _NCCL_RE.match(body):
+    if is_nccl(body):
         return None
+    if body.startswith(METRIC_MARK) or _COMPACT_METRIC_RE.match(body):
+        return Level.DEBUG
     return classify_level(body)
 
 

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from ddptui.events import LogLine, NodeLogParser
+from ddptui.events import LogLine, Metric, NodeLogParser
 from ddptui.runstate import list_runs, read_run, run_dir, state_root
 
 
@@ -66,4 +66,6 @@ def show_logs(root: Path | None, run_id: str | None, *, rank: int | None = None,
                 for ev in parser.feed(raw.decode("utf-8", "replace"), 0.0):
                     if isinstance(ev, LogLine):
                         out.write(format_line(ev) + "\n")
+                    elif isinstance(ev, Metric):  # as printed: this is a log, not a chart
+                        out.write(f"[{ev.node} r{ev.rank}] {ev.text}\n")
     return 0

@@ -213,6 +213,12 @@ class Host:
         return self.dir / "sshd.log"
 
 
+def in_host(h: Host, *argv: str) -> list[str]:
+    """``argv`` inside the host: its network namespace and /etc/hosts, and its own hostname."""
+    return ["ip", "netns", "exec", h.netns, "unshare", "--uts", "sh", "-c",
+            'hostname "$0" && exec "$@"', h.name, *argv]
+
+
 class Cluster:
     """K hosts with sshd; build with :meth:`create`, always :meth:`close` (fixtures do)."""
 
@@ -396,24 +402,7 @@ class Cluster:
         )
         with open(log, "ab") as logf:
             proc = subprocess.Popen(
-                [
-                    "ip",
-                    "netns",
-                    "exec",
-                    h.netns,
-                    "unshare",
-                    "--uts",
-                    "sh",
-                    "-c",
-                    'hostname "$0" && exec "$@"',
-                    h.name,
-                    SSHD,
-                    "-D",
-                    "-f",
-                    str(cfg),
-                    "-E",
-                    str(log),
-                ],
+                in_host(h, SSHD, "-D", "-f", str(cfg), "-E", str(log)),
                 stdin=subprocess.DEVNULL,
                 stdout=logf,
                 stderr=subprocess.STDOUT,
@@ -491,19 +480,7 @@ class Cluster:
         """Run argv in the host's namespace with its hostname and /etc/hosts, like a login."""
         h = self.host(host)
         proc = subprocess.run(
-            [
-                "ip",
-                "netns",
-                "exec",
-                h.netns,
-                "unshare",
-                "--uts",
-                "sh",
-                "-c",
-                'hostname "$0" && exec "$@"',
-                h.name,
-                *argv,
-            ],
+            in_host(h, *argv),
             capture_output=True,
             timeout=timeout,
             input=input,

@@ -467,6 +467,8 @@ class Controller:
                              strict=True):
             if isinstance(res, Exception):
                 report.errors[name] = str(res)
+                self._give_up_on(name, f"could not be reached to stop it ({res}); its "
+                                       "processes may still be running there")
             else:
                 report.leftover[name] = res
         if self._consumer is not None:
@@ -474,6 +476,15 @@ class Controller:
         else:
             self._conclude_without_followers(report)
         return report
+
+    def _give_up_on(self, name: str, why: str) -> None:
+        """A node that cannot be reached must not hold the run open: it ends as lost."""
+        f = self._followers.get(name)
+        if f is None or name in self._finished:
+            return
+        f.halt.set()
+        self._node_state(name, NodeStatus.LOST, why)
+        self._queue.put(Finished(name, NodeStatus.LOST, None))
 
     def _conclude_without_followers(self, report: StopReport) -> None:
         for n in self.config.nodes:

@@ -61,7 +61,7 @@ def format_failure_head(f: Failure) -> str:
     return f"[{f.node}] ✗ {rank} failed: {how}: {f.root_cause}"
 
 
-def failure_report(store: Store, result: RunResult, tail: int = 10) -> str:
+def failure_report(store: Store, result: RunResult, tail: int = 10, run_id: str = "") -> str:
     """Why the run failed, for a person: which node, which rank, how, and its last lines."""
     out: list[str] = []
     failures = result.failures
@@ -83,7 +83,9 @@ def failure_report(store: Store, result: RunResult, tail: int = 10) -> str:
         if code not in (0, None) and not any(f.node == node for f in failures):
             out.append(f"ddptui: node {node} exited with code {code}")
         elif code is None and not result.stopped:
-            out.append(f"ddptui: node {node} was lost: no exit code could be read")
+            again = f" `ddptui attach {run_id}` follows it again." if run_id else ""
+            out.append(f"ddptui: node {node} was lost: no exit code could be read; its job may "
+                       f"still be running.{again}")
     return "\n".join(out)
 
 
@@ -111,7 +113,7 @@ def run_headless(ctl: Controller, out: TextIO = sys.stdout) -> int:
     if result is None:
         return 1
     if result.exit_code != 0 and not result.stopped:
-        out.write(failure_report(ctl.store, result) + "\n")
+        out.write(failure_report(ctl.store, result, run_id=ctl.run_id) + "\n")
     out.write(f"ddptui: run {ctl.run_id} {ctl.store.run_info().status}, exit code "
               f"{result.exit_code}\n")
     out.flush()

@@ -183,3 +183,33 @@ def test_bad_node_is_exit_2_and_nothing_starts_anywhere(cluster2: Cluster, tmp_p
         assert word in res.stderr, res.stderr
     assert not list(tmp_path.glob("work-*/.ddptui/runs/*")), "a node got a run directory"
     assert only_sshd_left(cluster2) or (time.sleep(3) or only_sshd_left(cluster2))
+
+
+def test_a_host_that_dies_mid_run_is_lost_and_stop_says_so(cluster_factory: Any,
+                                                           tmp_path: Path) -> None:
+    from ddptui.events import NodeStatus
+
+    c = cluster_factory(2)
+    path = write_job(tmp_path, hosts(c, tmp_path,
+                                     env={"JOB_LINES": "100000", "JOB_DELAY": "0.05"}))
+    ctl = Controller(load_config(path), state_root=tmp_path / "state")
+    ctl.launch()
+
+    def status(name: str) -> NodeStatus:
+        return next(n.status for n in ctl.store.node_views() if n.name == name)
+
+    try:
+        wait_until(lambda: len(ctl.store.ranks) == 4, 180, "lines from all four ranks")
+        c.stop_host("node2")  # every process in it killed, its link down: silence
+        wait_until(lambda: status("node2") is NodeStatus.LOST, 60, "node2 to be seen as lost")
+        assert status("node1") is NodeStatus.RUNNING
+    finally:
+        report = ctl.stop(grace=2)
+    assert report.leftover.get("node1") == [], report
+    assert "node2" in report.errors and not report.clean
+    result = ctl.wait(30)
+    assert result is not None and result.node_exit_codes["node2"] is None
+    detail = next(n.detail for n in ctl.store.node_views() if n.name == "node2")
+    assert "could not be reached" in detail
+    wait_until(lambda: set(c.pids(c.hosts[0])) <= {p.pid for p in c.hosts[0].sshd_procs}, 10,
+               "node1 to hold nothing of the run")

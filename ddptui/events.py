@@ -209,6 +209,18 @@ def compact_metric_line(text: str) -> str:
     return format_metric(kind, step, values)
 
 
+def in_all_view(line: LogLine) -> bool:
+    """The all-ranks view leaves out torch's own INFO chatter, not the ranks' metric records."""
+    return line.level is not Level.DEBUG or line.text.startswith(METRIC_MARK)
+
+
+def all_view_text(line: LogLine) -> str:
+    """A line as the all-ranks view (and its disk mirror, ``lines.log``) shows it."""
+    if line.rank is not None:
+        return f"[{line.rank}] {compact_metric_line(line.text)}"
+    return f"[{line.node}] {line.text}"
+
+
 class NodeLogParser:
     """Turns one node's combined torchrun output, line by line, into events.
 

@@ -19,9 +19,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ddptui.events import Event, Failure, Level, LogLine, Metric, NodeState, NodeStatus, Source
+from ddptui.events import (
+    Event,
+    Failure,
+    Level,
+    LogLine,
+    Metric,
+    NodeState,
+    NodeStatus,
+    Source,
+    all_view_text,
+    in_all_view,
+)
 
 CHECKPOINT = "checkpoint.json"
+ALL_LINES = "lines.log"  # every line as the all-ranks view shows it, in arrival order
 
 
 @dataclass
@@ -275,6 +287,9 @@ class Store:
     def rank_log_path(self, rank: int) -> Path | None:
         return None if self.run_dir is None else self.run_dir / "ranks" / f"rank{rank}.log"
 
+    def all_log_path(self) -> Path | None:
+        return None if self.run_dir is None else self.run_dir / ALL_LINES
+
     def node_log_path(self, node: str) -> Path | None:
         return None if self.run_dir is None else self.run_dir / "nodes" / f"{node}.log"
 
@@ -290,7 +305,7 @@ class Store:
         """Truncate the mirror to its last checkpoint; return how far each raw log was applied."""
         path = run_dir / CHECKPOINT
         if not path.exists():
-            for sub in ("ranks", "metrics.jsonl", "events.jsonl"):
+            for sub in ("ranks", "metrics.jsonl", "events.jsonl", ALL_LINES):
                 p = run_dir / sub
                 if p.is_dir():
                     for f in p.iterdir():
@@ -311,7 +326,7 @@ class Store:
             for f in ranks.iterdir():
                 if f"ranks/{f.name}" not in known:
                     f.unlink()
-        for name in ("metrics.jsonl", "events.jsonl"):
+        for name in ("metrics.jsonl", "events.jsonl", ALL_LINES):
             if name not in known and (run_dir / name).exists():
                 (run_dir / name).unlink()
         return {k: int(v) for k, v in data.get("raw_done", {}).items()}
@@ -347,7 +362,12 @@ class _Mirror:
 
     def write(self, events: Iterable[Event], raw_done: dict[str, int]) -> None:
         per_file: dict[str, list[str]] = {}
+        shown = per_file.setdefault(ALL_LINES, [])  # the all-ranks view, for its scrollback
         for ev in events:
+            if isinstance(ev, Metric) and ev.text:
+                shown.append(all_view_text(LogLine(ev.node, ev.text, ev.time, rank=ev.rank)))
+            elif isinstance(ev, LogLine) and in_all_view(ev):
+                shown.append(all_view_text(ev))
             if isinstance(ev, LogLine):
                 if ev.rank is not None:
                     per_file.setdefault(f"ranks/rank{ev.rank}.log", []).append(ev.text)
@@ -361,6 +381,8 @@ class _Mirror:
                 per_file.setdefault("metrics.jsonl", []).append(json.dumps(rec))
             else:
                 per_file.setdefault("events.jsonl", []).append(json.dumps(event_record(ev)))
+        if not shown:
+            del per_file[ALL_LINES]
         for rel, lines in per_file.items():
             self._append(rel, ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
         for f in self._files.values():

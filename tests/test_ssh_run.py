@@ -124,6 +124,12 @@ def test_sigkilled_controller_then_attach_loses_and_repeats_nothing(cluster2: Cl
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr
     for rank in range(4):
         assert seqs(state / "runs" / run_id / "ranks" / f"rank{rank}.log") == list(range(n))
+    shown = (state / "runs" / run_id / "lines.log").read_text().splitlines()
+    for rank in range(4):
+        tag = f"[{rank}] "
+        got = [int(x.split()[2].rstrip("]")) for x in shown
+               if x.startswith(tag + "[seq ") and x.endswith(f"rank {rank} says hello")]
+        assert got == list(range(n)), rank
     assert marked_pids(run_id) == []
 
 

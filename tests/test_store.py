@@ -70,3 +70,20 @@ def test_replay_without_mirror_writes_nothing(tmp_path: Path) -> None:
     s.apply([line(0, "one")], mirror=False)
     assert not (tmp_path / "ranks" / "rank0.log").exists()
     assert s.rank_tail(0)[0].text == "one"
+
+
+def test_lines_log_holds_what_the_all_ranks_view_shows(tmp_path: Path) -> None:
+    from ddptui.events import Level, Source
+
+    s = Store(tmp_path)
+    s.apply([
+        line(0, "hello"),
+        LogLine("a", "I1121 agent chatter", 0.0, Source.AGENT, Level.DEBUG),
+        LogLine("a", "W1121 agent warning", 0.0, Source.AGENT, Level.WARNING),
+        Metric("a", 1, "metric", 3, {"loss": 0.5}, 0.0,
+               text='@ddptui {"kind": "metric", "step": 3, "loss": 0.5}'),
+    ])
+    s.close()
+    assert (tmp_path / "lines.log").read_text().splitlines() == [
+        "[0] hello", "[a] W1121 agent warning", "[1] @metric step=3 loss=0.5"]
+    assert s.all_log_path() == tmp_path / "lines.log"

@@ -573,3 +573,23 @@ async def test_restart_after_attach_uses_the_runs_own_hosts_file() -> None:
         await pilot.press("R")
         await settle(pilot, app)
         assert seen == ["hosts of the old run"]
+
+
+@sync
+async def test_home_at_top_of_all_ranks_reads_older_lines_from_disk(tmp_path: Path) -> None:
+    store = Store(tmp_path / "run", ring_lines=50, rank_lines=50)
+    store.set_run(run_id="big", status="running", started_at=T0)
+    store.add_node("local-a", 0)
+    for b in range(10):
+        store.apply([LogLine("local-a", f"line {b * 100 + i}", T0, rank=i % 2)
+                     for i in range(100)])
+    app = make_app(store)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        log = app.log_view
+        assert log.lines[0] == "[0] line 950"
+        await pilot.press("home")
+        await pilot.press("home")
+        await settle(pilot, app)
+        assert log.lines[0] == "[0] line 0" and log.lines[949] == "[1] line 949"
+        assert log.history == 950 and not log.follow

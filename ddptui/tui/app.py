@@ -706,8 +706,11 @@ class DashboardApp(App[int]):
             path = self.store.rank_log_path(view.rank)
         elif view.kind is ViewKind.NODE and view.node is not None:
             path = self.store.node_log_path(view.node)
+        elif view.kind is ViewKind.ALL:
+            path = self.store.all_log_path()
         else:
-            self.notify("Older lines come from disk per rank or node: pick one with v or [ ].")
+            self.notify("Older lines come from disk in the all-ranks, rank and node views: "
+                        "pick one with v or [ ].")
             return
         log = self.log_view
         first = log.raw[0] if log.raw else ""

@@ -15,8 +15,9 @@ from ddptui.events import (
     Level,
     LogLine,
     Source,
+    all_view_text,
     classify_level,
-    compact_metric_line,
+    in_all_view,
     is_nccl,
 )
 
@@ -40,8 +41,8 @@ class ViewSpec:
 
     def accepts(self, line: LogLine) -> bool:
         kind = self.kind
-        if kind is ViewKind.ALL:  # torch's own INFO lines stay in the rank and node views
-            return line.level is not Level.DEBUG or line.text.startswith(METRIC_MARK)
+        if kind is ViewKind.ALL:
+            return in_all_view(line)
         if kind is ViewKind.RANK:
             return line.rank == self.rank
         if kind is ViewKind.NODE:
@@ -68,12 +69,9 @@ def format_line(line: LogLine, view: ViewSpec) -> str:
     """
     if view.kind is ViewKind.RANK:
         return line.text
-    text = compact_metric_line(line.text)
-    if line.rank is not None:
-        return f"[{line.rank}] {text}"
-    if view.kind is ViewKind.NODE:
+    if view.kind is ViewKind.NODE and line.rank is None:
         return f"[{line.source}] {line.text}"
-    return f"[{line.node}] {line.text}"
+    return all_view_text(line)
 
 
 _TAG_RE = re.compile(r"^\[[^\]]*\] ")

@@ -112,6 +112,7 @@ class Failure:
 # through object.__setattr__ per field, four times slower, and readers make 50k lines a second.
 Event = NodeState | LogLine | Metric | Failure
 
+_GLOG_FIRST = frozenset("IWEF")
 _GLOG_RE = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
 # torch's own INFO lines (the agent's, with LOGLEVEL=INFO, and c10d's) are machinery a person
 # reads only when digging: DEBUG, so the all-ranks view can leave them out.
@@ -146,16 +147,20 @@ _EXIT_FIELD_RE = re.compile(r"(-?\d+)(?: \(pid: \d+\))?\s*(?:\((SIG\w+)\))?")
 
 def is_nccl(text: str) -> bool:
     """A line libnccl wrote (NCCL_DEBUG), whatever torch put in front of it."""
-    return _NCCL_RE.match(text) is not None
+    return "NCCL" in text and _NCCL_RE.match(text) is not None
 
 
 def classify_level(text: str) -> Level:
-    m = _GLOG_RE.match(text)
-    if m:
-        return _GLOG_LEVEL[m.group(1)]
-    if _ERROR_RE.search(text):
+    # Every line of a flood comes through here: substring tests (C speed) decide whether a
+    # regex needs to run at all, so a plain line costs no regex search.
+    if text[:1] in _GLOG_FIRST:
+        m = _GLOG_RE.match(text)
+        if m:
+            return _GLOG_LEVEL[m.group(1)]
+    if ("Error" in text or "Exception" in text or "Traceback" in text or "FAILED" in text) \
+            and _ERROR_RE.search(text):
         return Level.ERROR
-    if _WARN_RE.search(text):
+    if ("arn" in text or "WARN" in text) and _WARN_RE.search(text):
         return Level.WARNING
     return Level.INFO
 
@@ -254,7 +259,7 @@ class NodeLogParser:
                 attempt = int(values.get("attempt", self.attempt))
                 return [Metric(self.node, rank if r is None else r, kind, step, values, time,
                                attempt, extra, text)]
-        m = _NCCL_RE.match(text)
+        m = _NCCL_RE.match(text) if "NCCL" in text else None
         if m is not None:
             return [LogLine(self.node, text, time, Source.NCCL, _nccl_level(m), rank, local_rank,
                             self.attempt)]
@@ -263,7 +268,7 @@ class NodeLogParser:
 
     def _agent_line(self, line: str, time: float) -> list[Event]:
         out: list[Event] = []
-        m = _NCCL_RE.match(line)
+        m = _NCCL_RE.match(line) if "NCCL" in line else None
         if m is not None:
             return [LogLine(self.node, line, time, Source.NCCL, _nccl_level(m), None, None,
                             self.attempt)]

@@ -54,9 +54,10 @@ def split_complete(buf: bytes) -> tuple[bytes, bytes]:
 
 def parse_chunk(parser: NodeLogParser, data: bytes, now: float) -> list[Event]:
     events: list[Event] = []
-    for raw in data.split(b"\n"):
-        if raw:
-            events.extend(parser.feed(raw.decode("utf-8", "replace"), now))
+    feed = parser.feed
+    for line in data.decode("utf-8", "replace").split("\n"):
+        if line:
+            events.extend(feed(line, now))
     return events
 
 

@@ -2,8 +2,9 @@
 
 One command: ``python bench/ui_latency.py``. The app runs headless (Textual still composes
 every frame; only the write to a terminal is skipped) at 160x48 with the log and the charts
-on screen. A feeder thread applies batches to the store as the controller's consumer does:
-16 ranks, 50,000 lines/s, plus one metric per rank per batch. Latency is from posting the
+on screen. A feeder thread does what the node followers and the consumer do: raw torchrun
+output (16 ranks, 50,000 lines/s, plus one metric line per rank per batch) through the real
+parser, then into the store. Latency is from posting the
 key (``s``, follow on/off, which changes the status line) to the first frame composed with
 the new status. The same is measured with no lines, in the same run, and the ratio printed.
 Then the feeder runs flat out to 5 million lines in total and the process's RSS is read.
@@ -22,7 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ddptui.events import LogLine, Metric, NodeState, NodeStatus
+from ddptui.events import NodeLogParser, NodeState, NodeStatus
+from ddptui.follow import parse_chunk
 from ddptui.store import Store
 from ddptui.tui.app import DashboardApp
 
@@ -48,23 +50,29 @@ class Feeder(threading.Thread):
         self.started = self.ended = 0.0
 
     def run(self) -> None:
+        """Raw torchrun output through the real parser, as a node follower hands it on."""
         store, n = self.store, 0
         per_batch = int(self.rate * BATCH_S) if self.rate else 5000
+        parsers = [NodeLogParser(f"node{i}") for i in range(RANKS // 8)]
         self.started = time.perf_counter()
         step = 0
         while not self.stop_event.is_set() and self.sent < self.total:
             now = time.time()
-            batch: list[Any] = []
+            step += 1
+            chunks: list[list[str]] = [[] for _ in parsers]
             for _ in range(per_batch):
                 r = n % RANKS
-                batch.append(LogLine(f"node{r // 8}", f"it {n} rank {r} loss 0.{n % 997:03d} "
-                                     "grad_norm 1.02 tokens/s 51234", now, rank=r,
-                                     local_rank=r % 8))
+                chunks[r // 8].append(f"[ddptui {r} {r % 8}] it {n} rank {r} loss "
+                                      f"0.{n % 997:03d} grad_norm 1.02 tokens/s 51234\n")
                 n += 1
-            step += 1
-            batch.extend(Metric(f"node{r // 8}", r, "metric", step,
-                                {"loss": 5.0 / (1 + step * 0.01) + r * 0.01,
-                                 "step_time_s": 0.1}, now) for r in range(RANKS))
+            for r in range(RANKS):
+                loss = 5.0 / (1 + step * 0.01) + r * 0.01
+                chunks[r // 8].append(f'[ddptui {r} {r % 8}] @ddptui {{"v": 1, "kind": '
+                                      f'"metric", "rank": {r}, "step": {step}, "loss": {loss}, '
+                                      '"step_time_s": 0.1}\n')
+            batch: list[Any] = []
+            for parser, lines in zip(parsers, chunks, strict=True):
+                batch.extend(parse_chunk(parser, "".join(lines).encode(), now))
             store.apply(batch)
             self.sent = n
             if self.rate:

@@ -10,7 +10,7 @@ import sys
 from typing import TextIO
 
 from ddptui.controller import Controller, RunResult
-from ddptui.events import Failure, LogLine, Metric, NodeState, Source, format_metric
+from ddptui.events import Failure, Level, LogLine, Metric, NodeState, Source, format_metric
 from ddptui.follow import Batch
 from ddptui.store import Store
 
@@ -61,7 +61,7 @@ def format_failure_head(f: Failure) -> str:
     return f"[{f.node}] ✗ {rank} failed: {how}: {f.root_cause}"
 
 
-def failure_report(store: Store, result: RunResult, tail: int = 10, run_id: str = "") -> str:
+def failure_report(store: Store, result: RunResult, tail: int = 15, run_id: str = "") -> str:
     """Why the run failed, for a person: which node, which rank, how, and its last lines."""
     out: list[str] = []
     failures = result.failures
@@ -74,8 +74,9 @@ def failure_report(store: Store, result: RunResult, tail: int = 10, run_id: str 
             out.append(f"ddptui: node {f.node}, {format_failure_head(f).split('] ✗ ', 1)[1]}")
             if f.error_file:
                 out.append(f"  error file on {f.node}: {f.error_file}")
-            if f.rank is not None:
-                lines = store.rank_tail(f.rank, tail)
+            if f.rank is not None:  # what the rank said, not its metric records
+                lines = [ln for ln in store.rank_tail(f.rank, 50 * tail)
+                         if ln.level is not Level.DEBUG][-tail:]
                 if lines:
                     out.append(f"  last lines of rank {f.rank}:")
                     out.extend(f"    {ln.text}" for ln in lines)

@@ -12,7 +12,6 @@ also registers a listener that sees every batch, so it can print every line in o
 from __future__ import annotations
 
 import contextlib
-import json
 import queue
 import secrets
 import threading
@@ -96,10 +95,15 @@ def _each(items: list[T], fn: Callable[[T], Any]) -> list[Any]:
         return list(pool.map(guarded, items))
 
 
-def probe_node(node: NodeConfig, config: HostsConfig) -> tuple[Transport, nodeops.Probe, str]:
-    """Connect and check the interpreter and torch; the open transport is kept for reuse."""
+def connect(node: NodeConfig, config: HostsConfig) -> Transport:
     t = make_transport(node, config.ssh)
     t.connect(config.ssh.connect_timeout)
+    return t
+
+
+def probe_node(node: NodeConfig, config: HostsConfig) -> tuple[Transport, nodeops.Probe, str]:
+    """Connect and check the interpreter and torch; the open transport is kept for reuse."""
+    t = connect(node, config)
     try:
         res = t.run(nodeops.probe_cmd(node.python), timeout=60)
         probe = nodeops.parse_probe(res.stdout)
@@ -206,11 +210,6 @@ class Controller:
 
     def _remote_dir(self, name: str) -> str:
         return self._meta["nodes"][name]["run_dir"]
-
-    def _transport(self, node: NodeConfig) -> Transport:
-        t = make_transport(node, self.config.ssh)
-        t.connect(self.config.ssh.connect_timeout)
-        return t
 
     def _write_meta(self, **changes: Any) -> None:
         self._meta.update(changes)
@@ -347,10 +346,8 @@ class Controller:
         self._consumer.start()
         for node in self.config.nodes:
             name = node.name
-            rank = self._rank_of(name)
             f = NodeFollower(
-                node=name, node_rank=rank, python=node.python, run_id=self.run_id,
-                transport=self._transports[name], remote_dir=self._remote_dir(name),
+                node=name, transport=self._transports[name], remote_dir=self._remote_dir(name),
                 raw_path=self.local_dir / "nodes" / f"{name}.log",
                 parser=parsers.get(name) or NodeLogParser(name), out=self._queue,
                 pgid=self._pgids.get(name), stopping=self._stopping,
@@ -359,7 +356,7 @@ class Controller:
             f.start()
 
     def _reconnect(self, node: NodeConfig) -> Transport:
-        t = self._transport(node)
+        t = connect(node, self.config)
         old = self._transports.get(node.name)
         self._transports[node.name] = t
         if old is not None:
@@ -505,17 +502,6 @@ class Controller:
         self._close_transports()
         self.store.close()
 
-    def list_pids(self) -> dict[str, list[int]]:
-        """Every live process of the run on every node (for tests and `ddptui check`)."""
-        def one(node: NodeConfig) -> list[int]:
-            t = self._transports.get(node.name) or self._reconnect(node)
-            res = t.run(nodeops.list_cmd(node.python, self.run_id, self._rank_of(node.name)),
-                        timeout=60)
-            return list(json.loads(res.stdout.strip().splitlines()[-1]))
-        nodes = list(self.config.nodes)
-        return {n.name: r if isinstance(r, list) else [] for n, r in
-                zip(nodes, _each(nodes, one), strict=True)}
-
     # -- attach ----------------------------------------------------------------------------
 
     @classmethod
@@ -550,11 +536,7 @@ class Controller:
 
     def _replay(self) -> dict[str, NodeLogParser]:
         """Rebuild memory from the raw copies; mirror only what the checkpoint lacks."""
-        self.store.close()
-        raw_done = Store.recover(self.local_dir)
-        self.store = Store(self.local_dir)
-        for n in self.config.nodes:
-            self.store.add_node(n.name, self.config.node_rank(n))
+        raw_done = Store.recover(self.local_dir)  # the new store has opened no mirror file yet
         parsers: dict[str, NodeLogParser] = {}
         for node in self.config.nodes:
             path = self.local_dir / "nodes" / f"{node.name}.log"

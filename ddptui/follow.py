@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from ddptui import nodeops
 from ddptui.events import (
@@ -66,9 +67,6 @@ class NodeFollower(threading.Thread):
         self,
         *,
         node: str,
-        node_rank: int,
-        python: str,
-        run_id: str,
         transport: Transport,
         remote_dir: str,
         raw_path: Path,
@@ -82,9 +80,6 @@ class NodeFollower(threading.Thread):
     ) -> None:
         super().__init__(name=f"follow-{node}", daemon=True)
         self.node = node
-        self.node_rank = node_rank
-        self.python = python
-        self.run_id = run_id
         self.transport = transport
         self.remote_dir = remote_dir
         self.raw_path = raw_path
@@ -111,7 +106,14 @@ class NodeFollower(threading.Thread):
         self._emit([NodeState(self.node, status, time.time(), detail, self.pgid, exit_code,
                               self.parser.attempt)])
 
-    def _read_some(self, raw: object) -> bool:
+    def _take(self, raw: BinaryIO, data: bytes) -> list[Event]:
+        """Whole lines into the raw copy (its size stays a valid offset), then parsed."""
+        raw.write(data)
+        raw.flush()
+        self.offset += len(data)
+        return parse_chunk(self.parser, data, time.time())
+
+    def _read_some(self, raw: BinaryIO) -> bool:
         """Read what is new; True when anything arrived."""
         try:
             data = self.transport.read_from(f"{self.remote_dir}/node.log",
@@ -122,10 +124,7 @@ class NodeFollower(threading.Thread):
             return False
         complete, self._buf = split_complete(self._buf + data)
         if complete:
-            raw.write(complete)  # type: ignore[attr-defined]
-            raw.flush()  # type: ignore[attr-defined]
-            self.offset += len(complete)
-            events = parse_chunk(self.parser, complete, time.time())
+            events = self._take(raw, complete)
             if self._status is NodeStatus.RESTARTING and any(
                 isinstance(e, LogLine) and e.source is Source.WORKER for e in events
             ):
@@ -138,16 +137,12 @@ class NodeFollower(threading.Thread):
             self._emit(events)
         return True
 
-    def _drain(self, raw: object) -> None:
+    def _drain(self, raw: BinaryIO) -> None:
         while self._read_some(raw):
             pass
         if self._buf:  # the job is over: a last line without its newline is still a line
-            raw.write(self._buf)  # type: ignore[attr-defined]
-            raw.flush()  # type: ignore[attr-defined]
-            self.offset += len(self._buf)
-            events = parse_chunk(self.parser, self._buf, time.time())
-            self._buf = b""
-            self._emit(events)
+            rest, self._buf = self._buf, b""
+            self._emit(self._take(raw, rest))
 
     def _exit_code(self) -> int | None:
         try:
@@ -173,7 +168,7 @@ class NodeFollower(threading.Thread):
                                      Level.ERROR)])
                 self.out.put(Finished(self.node, NodeStatus.LOST, None))
 
-    def _follow(self, raw: object) -> None:
+    def _follow(self, raw: BinaryIO) -> None:
         next_check = 0.0
         next_alive = time.monotonic() + 2.0
         lost_since: float | None = None

@@ -91,22 +91,6 @@ if left:
 print(json.dumps({"found": sorted(first), "killed": killed, "leftover": sorted(left)}))
 """
 
-LIST_SRC = r"""
-import json, os, sys
-marker = sys.argv[1].encode()
-pids = []
-for d in os.listdir("/proc"):
-    if d.isdigit() and int(d) != os.getpid():
-        try:
-            with open("/proc/" + d + "/environ", "rb") as f:
-                if marker in f.read().split(b"\0"):
-                    pids.append(int(d))
-        except OSError:
-            pass
-print(json.dumps(sorted(pids)))
-"""
-
-
 def marker(run_id: str, node_rank: int) -> str:
     return f"DDPTUI_RUN={run_id}/{node_rank}"
 
@@ -129,10 +113,6 @@ def stop_cmd(python: str, run_id: str, node_rank: int, grace: float, pgid: int |
              run_dir: str) -> str:
     return python_cmd(python, STOP_SRC, marker(run_id, node_rank), f"{grace:g}", str(pgid or 0),
                       run_dir)
-
-
-def list_cmd(python: str, run_id: str, node_rank: int) -> str:
-    return python_cmd(python, LIST_SRC, marker(run_id, node_rank))
 
 
 def mkdir_cmd(*paths: str) -> str:

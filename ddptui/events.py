@@ -93,6 +93,13 @@ class Metric:
     extra: dict[str, Any] = field(default_factory=dict)
     text: str = ""  # the line as the rank printed it, for its per-rank log
 
+    def as_line(self) -> LogLine | None:
+        """The record as the rank printed it, a line of its log: machine chatter (DEBUG)."""
+        if not self.text:
+            return None
+        return LogLine(self.node, self.text, self.time, Source.WORKER, Level.DEBUG, self.rank,
+                       None, self.attempt)
+
 
 @dataclass(slots=True)
 class Failure:

@@ -22,7 +22,6 @@ from typing import IO, Any
 from ddptui.events import (
     Event,
     Failure,
-    Level,
     LogLine,
     Metric,
     NodeState,
@@ -151,11 +150,9 @@ class Store:
                 self._mirror.write(events, raw_done or {})
 
     def _apply_one(self, ev: Event) -> None:
-        if isinstance(ev, Metric) and ev.text:
-            # The line as printed belongs in the rank's log too, as machine chatter (DEBUG):
-            # the metrics pane is where it is read, a rank's own view is where it is checked.
-            self._apply_one(LogLine(ev.node, ev.text, ev.time, Source.WORKER, Level.DEBUG,
-                                    ev.rank, None, ev.attempt))
+        if isinstance(ev, Metric) and (line := ev.as_line()) is not None:
+            # The metrics pane is where a record is read, the rank's own view where it is checked.
+            self._apply_one(line)
         if isinstance(ev, LogLine):
             self._seq += 1
             self._lines.append(ev)
@@ -303,19 +300,9 @@ class Store:
     @staticmethod
     def recover(run_dir: Path) -> dict[str, int]:
         """Truncate the mirror to its last checkpoint; return how far each raw log was applied."""
-        path = run_dir / CHECKPOINT
-        if not path.exists():
-            for sub in ("ranks", "metrics.jsonl", "events.jsonl", ALL_LINES):
-                p = run_dir / sub
-                if p.is_dir():
-                    for f in p.iterdir():
-                        f.unlink()
-                elif p.exists():
-                    p.unlink()
-            return {}
-        data = json.loads(path.read_text())
+        path = run_dir / CHECKPOINT  # none yet: nothing written counts, remove it all
+        data = json.loads(path.read_text()) if path.exists() else {}
         sizes: dict[str, int] = data.get("sizes", {})
-        known = set(sizes)
         for rel, size in sizes.items():
             p = run_dir / rel
             if p.exists() and p.stat().st_size > size:
@@ -324,10 +311,10 @@ class Store:
         ranks = run_dir / "ranks"
         if ranks.is_dir():  # files created after the checkpoint hold nothing that counts
             for f in ranks.iterdir():
-                if f"ranks/{f.name}" not in known:
+                if f"ranks/{f.name}" not in sizes:
                     f.unlink()
         for name in ("metrics.jsonl", "events.jsonl", ALL_LINES):
-            if name not in known and (run_dir / name).exists():
+            if name not in sizes and (run_dir / name).exists():
                 (run_dir / name).unlink()
         return {k: int(v) for k, v in data.get("raw_done", {}).items()}
 
@@ -364,22 +351,19 @@ class _Mirror:
         per_file: dict[str, list[str]] = {}
         shown = per_file.setdefault(ALL_LINES, [])  # the all-ranks view, for its scrollback
         for ev in events:
-            if isinstance(ev, Metric) and ev.text:
-                shown.append(all_view_text(LogLine(ev.node, ev.text, ev.time, rank=ev.rank)))
-            elif isinstance(ev, LogLine) and in_all_view(ev):
-                shown.append(all_view_text(ev))
-            if isinstance(ev, LogLine):
-                if ev.rank is not None:
-                    per_file.setdefault(f"ranks/rank{ev.rank}.log", []).append(ev.text)
-                elif ev.source is Source.SSH:  # ddptui's own words are in no raw node log
-                    per_file.setdefault("events.jsonl", []).append(json.dumps(event_record(ev)))
-            elif isinstance(ev, Metric):
-                if ev.text:
-                    per_file.setdefault(f"ranks/rank{ev.rank}.log", []).append(ev.text)
+            line = ev.as_line() if isinstance(ev, Metric) else ev
+            if isinstance(line, LogLine):
+                if in_all_view(line):
+                    shown.append(all_view_text(line))
+                if line.rank is not None:
+                    per_file.setdefault(f"ranks/rank{line.rank}.log", []).append(line.text)
+                elif line.source is Source.SSH:  # ddptui's own words are in no raw node log
+                    per_file.setdefault("events.jsonl", []).append(json.dumps(event_record(line)))
+            if isinstance(ev, Metric):
                 rec = {"node": ev.node, "rank": ev.rank, "kind": ev.kind, "step": ev.step,
                        "time": ev.time, "attempt": ev.attempt, **ev.values, **ev.extra}
                 per_file.setdefault("metrics.jsonl", []).append(json.dumps(rec))
-            else:
+            elif not isinstance(ev, LogLine):
                 per_file.setdefault("events.jsonl", []).append(json.dumps(event_record(ev)))
         if not shown:
             del per_file[ALL_LINES]
@@ -414,10 +398,3 @@ def event_record(ev: NodeState | Failure | LogLine) -> dict[str, Any]:
     return {"type": "line", "node": ev.node, "text": ev.text, "source": str(ev.source),
             "level": str(ev.level), "rank": ev.rank, "time": ev.time}
 
-
-def is_problem(line: LogLine) -> bool:
-    return line.level in (Level.WARNING, Level.ERROR)
-
-
-def is_nccl(line: LogLine) -> bool:
-    return line.source is Source.NCCL

@@ -87,3 +87,13 @@ def test_lines_log_holds_what_the_all_ranks_view_shows(tmp_path: Path) -> None:
     assert (tmp_path / "lines.log").read_text().splitlines() == [
         "[0] hello", "[a] W1121 agent warning", "[1] @metric step=3 loss=0.5"]
     assert s.all_log_path() == tmp_path / "lines.log"
+
+
+def test_recover_without_a_checkpoint_keeps_nothing(tmp_path: Path) -> None:
+    (tmp_path / "ranks").mkdir()
+    (tmp_path / "ranks" / "rank0.log").write_text("torn\n")
+    (tmp_path / "metrics.jsonl").write_text("{}\n")
+    (tmp_path / "lines.log").write_text("[0] torn\n")
+    assert Store.recover(tmp_path) == {}
+    assert list((tmp_path / "ranks").iterdir()) == []
+    assert not (tmp_path / "metrics.jsonl").exists() and not (tmp_path / "lines.log").exists()

@@ -391,30 +391,28 @@ def _module(value: Any) -> str:
     return text
 
 
+def _scalar_text(value: Any, where: str, expected: str) -> str:
+    """A number or string as the text a program receives; ``where`` names what cannot hold NUL."""
+    if _is_int(value):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise _Invalid(f"must not contain a NUL character ({where} cannot).")
+        return value
+    _fail(expected, value)
+
+
 def _env_value(value: Any) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
-    if _is_int(value):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, str):
-        if "\x00" in value:
-            raise _Invalid("must not contain a NUL character (environment values cannot).")
-        return value
-    _fail("a string, number or boolean (quote it to be sure)", value)
+    return _scalar_text(value, "environment values",
+                        "a string, number or boolean (quote it to be sure)")
 
 
 def _arg(value: Any) -> str:
-    if _is_int(value):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, str):
-        if "\x00" in value:
-            raise _Invalid("must not contain a NUL character (program arguments cannot).")
-        return value
-    _fail("a string (quote values like 'true' or dates)", value)
+    return _scalar_text(value, "program arguments", "a string (quote values like 'true' or dates)")
 
 
 # --------------------------------------------------------------------------- the walk

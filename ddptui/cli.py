@@ -11,8 +11,12 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ddptui import __version__
+
+if TYPE_CHECKING:
+    from ddptui.config import HostsConfig
 
 COMMANDS = ("run", "check", "attach", "stop", "logs", "dashboard")
 USAGE_EXIT = 2
@@ -78,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def _load(path: Path) -> object:
+def _load(path: Path) -> HostsConfig | None:
     from ddptui.config import ConfigError, load_config
 
     try:
@@ -103,7 +107,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             return USAGE_EXIT
         from ddptui.tui.app import run_dashboard
 
-        return run_dashboard(cfg, state_root=args.state_dir)  # type: ignore[arg-type]
+        return run_dashboard(cfg, state_root=args.state_dir)
     if args.command == "attach" and not args.headless:
         from ddptui.tui.app import run_dashboard
 
@@ -139,7 +143,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     cfg = _load(args.hosts)
     if cfg is None:
         return USAGE_EXIT
-    ctl = Controller(cfg, state_root=args.state_dir, run_id=args.run_id)  # type: ignore[arg-type]
+    ctl = Controller(cfg, state_root=args.state_dir, run_id=args.run_id)
     ctl.add_listener(Printer(metrics=not args.no_metrics))
     print(f"ddptui: run {ctl.run_id}: {len(ctl.config.nodes)} node(s), logs in "
           f"{ctl.local_dir}", flush=True)
@@ -164,7 +168,7 @@ def _check(args: argparse.Namespace) -> int:
         return USAGE_EXIT
     t0 = time.monotonic()
     try:
-        lines = probe_nodes(cfg)  # type: ignore[arg-type]
+        lines = probe_nodes(cfg)
     except LaunchError as e:
         print("ddptui: check failed:\n" + "\n".join(f"  {p}" for p in e.problems),
               file=sys.stderr)

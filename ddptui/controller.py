@@ -12,6 +12,7 @@ also registers a listener that sees every batch, so it can print every line in o
 from __future__ import annotations
 
 import contextlib
+import functools
 import queue
 import secrets
 import threading
@@ -351,7 +352,7 @@ class Controller:
                 raw_path=self.local_dir / "nodes" / f"{name}.log",
                 parser=parsers.get(name) or NodeLogParser(name), out=self._queue,
                 pgid=self._pgids.get(name), stopping=self._stopping,
-                reconnect=lambda node=node: self._reconnect(node), poll=self.poll)
+                reconnect=functools.partial(self._reconnect, node), poll=self.poll)
             self._followers[name] = f
             f.start()
 

@@ -64,8 +64,8 @@ def show_logs(root: Path | None, run_id: str | None, *, rank: int | None = None,
         with open(p, "rb") as f:
             for raw in f:
                 for ev in parser.feed(raw.decode("utf-8", "replace"), 0.0):
-                    if isinstance(ev, LogLine):
-                        out.write(format_line(ev) + "\n")
-                    elif isinstance(ev, Metric):  # as printed: this is a log, not a chart
-                        out.write(f"[{ev.node} r{ev.rank}] {ev.text}\n")
+                    # metric records as printed: this is a log, not a chart
+                    line = ev.as_line() if isinstance(ev, Metric) else ev
+                    if isinstance(line, LogLine):
+                        out.write(format_line(line) + "\n")
     return 0

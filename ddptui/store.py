@@ -306,13 +306,13 @@ class Store:
         for rel, size in sizes.items():
             p = run_dir / rel
             if p.exists() and p.stat().st_size > size:
-                with open(p, "r+b") as f:
-                    f.truncate(size)
+                with open(p, "r+b") as fh:
+                    fh.truncate(size)
         ranks = run_dir / "ranks"
         if ranks.is_dir():  # files created after the checkpoint hold nothing that counts
-            for f in ranks.iterdir():
-                if f"ranks/{f.name}" not in sizes:
-                    f.unlink()
+            for p in ranks.iterdir():
+                if f"ranks/{p.name}" not in sizes:
+                    p.unlink()
         for name in ("metrics.jsonl", "events.jsonl", ALL_LINES):
             if name not in sizes and (run_dir / name).exists():
                 (run_dir / name).unlink()

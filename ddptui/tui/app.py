@@ -197,7 +197,7 @@ class DashboardApp(App[int]):
         self.set_interval(1 / self.drain_hz, self.tick)
         self.tick()
         if self.attach_to:
-            self._attach(self.attach_to)
+            self._attach_run(self.attach_to)
 
     def on_resize(self) -> None:
         if self._w:
@@ -532,12 +532,12 @@ class DashboardApp(App[int]):
     def _show_picker(self, runs: list[Any]) -> None:
         def chosen(run_id: str | None) -> None:
             if run_id:
-                self._attach(run_id)
+                self._attach_run(run_id)
 
         self.push_screen(RunPicker(runs), chosen)
 
     @work(thread=True, exclusive=True, group="lifecycle")
-    def _attach(self, run_id: str) -> None:
+    def _attach_run(self, run_id: str) -> None:
         self.call_from_thread(self._set_busy, "attaching")
         try:
             current = self.controller

@@ -1,7 +1,9 @@
 """The store: what a face reads, bounded in memory, mirrored to the local run directory.
 
 One writer (the controller's consumer thread) calls :meth:`Store.apply` with batches; any
-number of readers (the dashboard's timer, the headless printer) read under a short lock.
+number of readers (the headless printer, the engine process's sender) read under a short lock.
+A store in another process (the dashboard's) is a replica: built from :meth:`Store.subscribe`'s
+snapshot, then kept up to date with every later change, in order (see ``ddptui.feed``).
 The disk mirror is exactly-once across a killed controller: after each batch it records the
 size of every file it appends to, together with how far into each node's raw log the batch
 reached, in one atomically replaced ``checkpoint.json``. Recovery truncates the files to
@@ -14,7 +16,7 @@ import json
 import os
 import threading
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -32,6 +34,8 @@ from ddptui.events import (
 )
 
 CHECKPOINT = "checkpoint.json"
+#: A change as a replica applies it: ("apply", events), ("run", changes), ("node", name, rank).
+Change = tuple[Any, ...]
 ALL_LINES = "lines.log"  # every line as the all-ranks view shows it, in arrival order
 
 
@@ -98,6 +102,7 @@ class Store:
         ring_lines: int = 20_000,
         rank_lines: int = 5_000,
         series_points: int = 20_000,
+        mirrored: bool = True,
     ) -> None:
         self.run_dir = run_dir
         self._lock = threading.Lock()  # readers vs the writer, held briefly
@@ -108,6 +113,7 @@ class Store:
         self._rank_lines_max = rank_lines
         self._series: dict[tuple[int, str], Series] = {}
         self._series_max = series_points
+        self._tap: Callable[[Change], None] | None = None
         self.nodes: dict[str, NodeView] = {}
         self.ranks: dict[int, RankView] = {}
         self.failures: list[Failure] = []
@@ -115,21 +121,27 @@ class Store:
         self.summaries: dict[int, dict[str, Any]] = {}
         self.run = RunInfo()
         self.version = 0
-        self._mirror = _Mirror(run_dir) if run_dir is not None else None
+        self._mirror = _Mirror(run_dir) if run_dir is not None and mirrored else None
 
     # -- writing ---------------------------------------------------------------------------
 
     def add_node(self, name: str, node_rank: int) -> None:
-        with self._lock:
-            self.nodes.setdefault(name, NodeView(name, node_rank))
+        with self._write_lock:
+            with self._lock:
+                self.nodes.setdefault(name, NodeView(name, node_rank))
+            if self._tap is not None:
+                self._tap(("node", name, node_rank))
 
     def set_run(self, **changes: Any) -> None:
-        with self._lock:
-            for k, v in changes.items():
-                if not hasattr(self.run, k):
-                    raise AttributeError(k)
-                setattr(self.run, k, v)
-            self.version += 1
+        with self._write_lock:
+            with self._lock:
+                for k, v in changes.items():
+                    if not hasattr(self.run, k):
+                        raise AttributeError(k)
+                    setattr(self.run, k, v)
+                self.version += 1
+            if self._tap is not None:
+                self._tap(("run", changes))
 
     def run_info(self) -> RunInfo:
         with self._lock:
@@ -143,32 +155,95 @@ class Store:
         """
         with self._write_lock:
             with self._lock:
+                apply_line, apply_one = self._apply_line, self._apply_one
                 for ev in events:
-                    self._apply_one(ev)
+                    if type(ev) is LogLine:  # nearly every event: the short way
+                        apply_line(ev)
+                    else:
+                        apply_one(ev)
                 self.version += 1
             if self._mirror is not None and mirror:
                 self._mirror.write(events, raw_done or {})
+            if self._tap is not None:
+                self._tap(("apply", list(events)))
+
+    def skip_lines(self, n: int) -> None:
+        """A replica too far behind was sent only the newest lines: ``n`` older ones are not
+        here (they are on disk). The all-ranks ring restarts after the gap, so cursors see it
+        as lines that fell out of the ring."""
+        with self._write_lock, self._lock:
+            self._seq += n
+            self._lines.clear()
+            self.version += 1
+
+    def subscribe(self, tap: Callable[[Change], None]) -> dict[str, Any]:
+        """A snapshot of everything so far; every later change goes to ``tap``, none missed
+        or repeated. ``tap`` is called with the writer's lock held: keep it quick."""
+        with self._write_lock, self._lock:
+            self._tap = tap
+            return {
+                "limits": (self._lines.maxlen, self._rank_lines_max, self._series_max),
+                "seq": self._seq,
+                "lines": list(self._lines),
+                "rank_lines": {r: list(ring) for r, ring in self._rank_lines.items()},
+                "series": {k: (list(s.steps), list(s.values)) for k, s in self._series.items()},
+                "nodes": [_copy_node(n) for n in self.nodes.values()],
+                "ranks": [RankView(**vars(r)) for r in self.ranks.values()],
+                "failures": list(self.failures),
+                "latest": {r: dict(kinds) for r, kinds in self.latest.items()},
+                "summaries": dict(self.summaries),
+                "run": RunInfo(**vars(self.run)),
+            }
+
+    @classmethod
+    def replica(cls, snapshot: dict[str, Any], run_dir: Path | None = None) -> Store:
+        """A store rebuilt from :meth:`subscribe`'s snapshot; it reads ``run_dir`` for
+        scrollback but never writes there (the original's mirror does)."""
+        ring, rank_ring, points = snapshot["limits"]
+        s = cls(run_dir, ring_lines=ring, rank_lines=rank_ring, series_points=points,
+                mirrored=False)
+        s._seq = snapshot["seq"]
+        s._lines.extend(snapshot["lines"])
+        for r, lines in snapshot["rank_lines"].items():
+            s._rank_lines[r] = deque(lines, maxlen=rank_ring)
+        for key, (steps, values) in snapshot["series"].items():
+            s._series[key] = Series(deque(steps, maxlen=points), deque(values, maxlen=points))
+        s.nodes = {n.name: n for n in snapshot["nodes"]}
+        s.ranks = {r.rank: r for r in snapshot["ranks"]}
+        s.failures = list(snapshot["failures"])
+        s.latest = snapshot["latest"]
+        s.summaries = snapshot["summaries"]
+        s.run = snapshot["run"]
+        s.version = 1
+        return s
+
+    def _apply_line(self, ev: LogLine) -> None:
+        self._seq += 1
+        self._lines.append(ev)
+        node = self.nodes.get(ev.node)
+        if node is not None:
+            node.lines += 1
+            node.last_line_time = ev.time
+        rank = ev.rank
+        if rank is None:
+            return
+        ring = self._rank_lines.get(rank)
+        if ring is None:
+            ring = self._rank_lines[rank] = deque(maxlen=self._rank_lines_max)
+        ring.append(ev)
+        rv = self.ranks.get(rank)
+        if rv is None or rv.node != ev.node or (node is not None and rank not in node.ranks):
+            rv = self._rank(rank, ev.node, ev.local_rank)
+        rv.lines += 1
+        rv.last_line_time = ev.time
+        rv.attempt = ev.attempt
 
     def _apply_one(self, ev: Event) -> None:
         if isinstance(ev, Metric) and (line := ev.as_line()) is not None:
             # The metrics pane is where a record is read, the rank's own view where it is checked.
-            self._apply_one(line)
+            self._apply_line(line)
         if isinstance(ev, LogLine):
-            self._seq += 1
-            self._lines.append(ev)
-            node = self.nodes.get(ev.node)
-            if node is not None:
-                node.lines += 1
-                node.last_line_time = ev.time
-            if ev.rank is not None:
-                ring = self._rank_lines.get(ev.rank)
-                if ring is None:
-                    ring = self._rank_lines[ev.rank] = deque(maxlen=self._rank_lines_max)
-                ring.append(ev)
-                rv = self._rank(ev.rank, ev.node, ev.local_rank)
-                rv.lines += 1
-                rv.last_line_time = ev.time
-                rv.attempt = ev.attempt
+            self._apply_line(ev)
         elif isinstance(ev, Metric):
             self._apply_metric(ev)
         elif isinstance(ev, NodeState):

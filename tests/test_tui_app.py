@@ -55,7 +55,7 @@ class FakeController:
         self.run_id = run_id
         self.name = name
         self.fail = fail
-        self.launched = self.stopped = self.detached = 0
+        self.launched = self.stopped = self.detached = self.pumped = self.closed = 0
         self._done = False
         self.result: Any = None
         FakeController.instances.append(self)
@@ -89,6 +89,12 @@ class FakeController:
     def process_estimate(self) -> tuple[int, int]:
         return 4, 2
 
+    def pump(self) -> None:
+        self.pumped += 1
+
+    def close(self) -> None:
+        self.closed += 1
+
 
 def make_app(store: Store | None = None, **kw: Any) -> DashboardApp:
     FakeController.instances.clear()
@@ -116,7 +122,15 @@ def toasts(app: DashboardApp) -> str:
 
 def table_text(app: DashboardApp) -> dict[str, list[str]]:
     table = app.nodes_table
-    return {str(k.value): [str(c) for c in table.get_row(k)] for k in table.rows}
+    return {k: list(table.row(k).cells) for k in table.row_keys}
+
+
+def drawn_colours(app: DashboardApp, key: str) -> set[str]:
+    """The colours that the table draws a row in, as they go to the terminal."""
+    table = app.nodes_table
+    y = table.row_keys.index(key) + 1 - int(table.scroll_y)
+    return {seg.style.color.name for seg in table.render_line(y)
+            if seg.style is not None and seg.style.color is not None}
 
 
 async def launched(pilot: Any, app: DashboardApp) -> FakeController:
@@ -274,11 +288,12 @@ async def test_every_node_state_shows_with_its_tone() -> None:
         for status in NodeStatus:
             store.apply([NodeState("local-b", status, T0 + 3, attempt=2, exit_code=3)])
             await settle(pilot, app)
-            cell = app.nodes_table.get_row("n:local-b")[3]
+            row = app.nodes_table.row("n:local-b")
             want = "restart #2" if status is NodeStatus.RESTARTING else str(status)
-            assert str(cell) == want
+            assert row.cells[3] == want
             if status in (NodeStatus.FAILED, NodeStatus.LOST):
-                assert "red" in str(cell.style)
+                assert row.tone == "error"
+                assert "red" in drawn_colours(app, "n:local-b")
                 assert "local-b" in toasts(app)
 
 
@@ -547,7 +562,7 @@ async def test_row_enter_opens_that_rank() -> None:
         await settle(pilot, app)
         table = app.nodes_table
         table.focus()
-        table.move_cursor(row=1)
+        table.move_cursor(1)
         await pilot.press("enter")
         await settle(pilot, app)
         assert (app.view.kind, app.view.rank) == (ViewKind.RANK, 0)

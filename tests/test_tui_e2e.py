@@ -2,7 +2,8 @@
 
 Launch with the key, wait (bounded) until every rank's loss is plotted, stop with the key
 and its confirmation, then look for any process of the run left on this machine: each one
-carries ``DDPTUI_RUN=<run id>/`` in its environment.
+carries ``DDPTUI_RUN=<run id>/`` in its environment. The controller runs in the dashboard's
+engine process, so this also covers the replica store that the dashboard reads.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ async def _drive(app: DashboardApp) -> None:
                 raise AssertionError(f"no loss for every rank in time: {app.chart.plotted}; "
                                      f"{[str(n.message) for n in app._notifications]}")
             assert run_id and run_processes(run_id), "the run should have processes now"
-            assert app.nodes_table.get_row("n:local-a")[3].plain == "running"
+            assert app.nodes_table.row("n:local-a").cells[3] == "running"
 
             await pilot.press("x")
             await pilot.pause(0.2)
@@ -109,6 +110,10 @@ async def _drive(app: DashboardApp) -> None:
                        for n in app._notifications)
             left = run_processes(run_id)
             assert left == [], f"processes of {run_id} still alive: {left}"
+            engine = app.controller.engine.process
+            assert engine.poll() is None, "the engine ended before the dashboard"
+        # Quitting the dashboard ends its engine process too (closed on unmount, not left).
+        assert engine.poll() is not None, "the engine process outlived the dashboard"
     finally:
         if run_id and app.controller is not None and not app.controller.done:
             app.controller.stop(grace=1)

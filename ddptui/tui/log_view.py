@@ -91,7 +91,7 @@ class LogView(Log):
         Binding("home", "older", "Top / older lines", show=False),
     ]
 
-    follow: reactive[bool] = reactive(True, init=False)
+    follow: reactive[bool] = reactive(True, init=False, repaint=False)  # the status line shows it
     wrap: reactive[bool] = reactive(False, init=False)
     pending: var[int] = var(0)  # lines that arrived while paused
     match_row: var[int | None] = var(None)
@@ -173,12 +173,17 @@ class LogView(Log):
 
     def watch_follow(self, follow: bool) -> None:
         if follow:
-            if self._held or self.history:
+            if self.history:  # lines read from disk are on top: back to the newest only
                 self.history = 0
                 self.raw.extend(self._held)
                 self._held.clear()
                 self.raw = deque(list(self.raw)[-MAX_LINES:], maxlen=MAX_LINES)
                 self._rewrite(scroll_end=True)
+            elif self._held:  # only what arrived while paused is written, not all again
+                held = list(self._held)
+                self._held.clear()
+                self.raw.extend(held)
+                self.write_lines(self._rows(held), scroll_end=True)
             self.pending = 0
             self.match_row = None
             self.scroll_end(animate=False, immediate=True)

@@ -1,0 +1,94 @@
+"""A run that floods: what ``bench/ui_latency.py`` opens in the dashboard's engine process.
+
+It stands in for the controller, with the same surface, and does what the node followers do:
+raw torchrun output (one line prefix per rank, plus one ``@ddptui`` metric record per rank per
+batch) goes through the real parser into a real store with its disk mirror. ``launch`` starts
+the flood at ``rate`` lines/s. ``stop`` ends that measured phase: the flood then goes flat out
+until ``total`` lines, and the run is done.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ddptui.events import NodeLogParser, NodeState, NodeStatus
+from ddptui.follow import parse_chunk
+from ddptui.store import Store
+
+BATCH_S = 0.02
+RANKS_PER_NODE = 8
+
+
+class FloodRun:
+    def __init__(self, ranks: int, rate: float, total: int) -> None:
+        self.ranks, self.rate, self.total = ranks, rate, total
+        self.run_id = "bench"
+        self.config = None
+        self.local_dir = Path(tempfile.mkdtemp(prefix="ddptui-bench-"))
+        self.store = Store(self.local_dir)
+        self.store.set_run(run_id=self.run_id, status="running", started_at=time.time(),
+                           world_size=ranks)
+        self.nodes = [f"node{i}" for i in range(max(1, ranks // RANKS_PER_NODE))]
+        for i, name in enumerate(self.nodes):
+            self.store.add_node(name, i)
+            self.store.apply([NodeState(name, NodeStatus.RUNNING, time.time(), pid=1000 + i)])
+        self.result: Any = None
+        self._done = threading.Event()
+        self._flat_out = threading.Event()
+        self._feeder = threading.Thread(target=self._feed, daemon=True)
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def launch(self) -> None:
+        self._feeder.start()
+
+    def stop(self, grace: float | None = None) -> None:
+        self._flat_out.set()
+
+    def detach(self) -> None:
+        self._flat_out.set()
+        self._feeder.join()
+
+    def _feed(self) -> None:
+        store, n, step = self.store, 0, 0
+        parsers = [NodeLogParser(name) for name in self.nodes]
+        per_node = len(self.nodes)
+        started = time.perf_counter()
+        while n < self.total:
+            flat = self._flat_out.is_set()
+            per_batch = 5000 if flat else int(self.rate * BATCH_S)
+            now = time.time()
+            step += 1
+            chunks: list[list[str]] = [[] for _ in parsers]
+            for _ in range(per_batch):
+                r = n % self.ranks
+                chunks[r // RANKS_PER_NODE % per_node].append(
+                    f"[ddptui {r} {r % RANKS_PER_NODE}] it {n} rank {r} loss "
+                    f"0.{n % 997:03d} grad_norm 1.02 tokens/s 51234\n")
+                n += 1
+            for r in range(self.ranks):
+                loss = 5.0 / (1 + step * 0.01) + r * 0.01
+                chunks[r // RANKS_PER_NODE % per_node].append(
+                    f'[ddptui {r} {r % RANKS_PER_NODE}] @ddptui {{"v": 1, "kind": "metric", '
+                    f'"rank": {r}, "step": {step}, "loss": {loss}, "step_time_s": 0.1}}\n')
+            for name, parser, lines in zip(self.nodes, parsers, chunks, strict=True):
+                data = "".join(lines).encode()
+                store.apply(parse_chunk(parser, data, now), {name: n})
+            if not flat:
+                ahead = started + n / self.rate - time.perf_counter()
+                if ahead > 0:
+                    time.sleep(ahead)
+        self.store.set_run(status="finished", exit_code=0, ended_at=time.time())
+        self.store.close()
+        self.result = {"lines": n}
+        self._done.set()
+
+
+def flood_run(ranks: int, rate: float, total: int) -> FloodRun:
+    return FloodRun(ranks, rate, total)

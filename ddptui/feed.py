@@ -5,9 +5,9 @@ dashboard's frame budget. So runs of lines travel as columns (enums as small int
 rebuilt with one ``map``, about 1 µs a line; the rarer events travel as themselves. A
 snapshot's lines travel as tuples.
 
-A reader that falls far behind (a flood the dashboard cannot keep up with) is sent only the
-newest lines, and the count of those it missed. Node states, metrics and failures are never
-dropped, and the full record is on disk in the engine's mirror.
+A dashboard that falls far behind is sent only the newest lines, and the count of those it
+missed (see :class:`Backlog`). Node states, metrics and failures are always sent, and the
+full record is on disk in the engine's mirror.
 """
 
 from __future__ import annotations
@@ -152,9 +152,11 @@ def _line_count(events: list[Any]) -> int:
 
 
 class Backlog:
-    """The changes not yet sent. Past ``max_lines`` unsent lines it keeps the newest
-    ``keep_lines`` and records a skip for the rest; a replica's rings are no longer than
-    that anyway."""
+    """The changes not yet sent to the dashboard. A dashboard that falls far behind (it
+    stopped reading, or a flood outruns it) is sent the newest lines: past ``max_lines``
+    waiting, the oldest plain lines are left out down to ``keep_lines``, and counted. Node
+    states, metrics and failures are never left out, and every line is on disk, in the
+    engine's mirror. Memory stays bounded either way."""
 
     def __init__(self, max_lines: int = 60_000, keep_lines: int = 20_000) -> None:
         self.max_lines, self.keep_lines = max_lines, keep_lines
@@ -169,11 +171,12 @@ class Backlog:
             if change[0] == "apply":
                 self._lines += _line_count(change[1])
                 if self._lines > self.max_lines:
-                    self._compact()
+                    self._drop(self._lines - self.keep_lines)
             self._ready.notify()
 
     def take(self, timeout: float) -> list[Change]:
-        """What is waiting (a skip first, if any), after at most ``timeout`` seconds."""
+        """What is waiting (a ``("skip", n)`` first when lines were left out), after at most
+        ``timeout`` seconds."""
         with self._ready:
             if not self._changes and not self._skipped:
                 self._ready.wait(timeout)
@@ -183,18 +186,17 @@ class Backlog:
                 self._skipped = 0
             return changes
 
-    def _compact(self) -> None:
-        """Drop the oldest plain lines; metrics (whose lines are their own records) stay."""
-        drop = self._lines - self.keep_lines
+    def _drop(self, n: int) -> None:
+        """Leave out the ``n`` oldest plain lines (a metric's line is its record: it stays)."""
         for i, ch in enumerate(self._changes):
-            if drop <= 0:
+            if n <= 0:
                 break
             if ch[0] != "apply":
                 continue
             kept = []
             for e in ch[1]:
-                if drop > 0 and type(e) is LogLine:
-                    drop -= 1
+                if n > 0 and type(e) is LogLine:
+                    n -= 1
                     self._skipped += 1
                     self._lines -= 1
                 else:

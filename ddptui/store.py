@@ -114,6 +114,7 @@ class Store:
         self._series: dict[tuple[int, str], Series] = {}
         self._series_max = series_points
         self._tap: Callable[[Change], None] | None = None
+        self.not_live = 0  # lines a replica too far behind was not sent (see skip_lines)
         self.nodes: dict[str, NodeView] = {}
         self.ranks: dict[int, RankView] = {}
         self.failures: list[Failure] = []
@@ -168,12 +169,10 @@ class Store:
                 self._tap(("apply", list(events)))
 
     def skip_lines(self, n: int) -> None:
-        """A replica too far behind was sent only the newest lines: ``n`` older ones are not
-        here (they are on disk). The all-ranks ring restarts after the gap, so cursors see it
-        as lines that fell out of the ring."""
+        """A replica fell so far behind that ``n`` older lines were not sent to it (they are on
+        disk); views count them among the lines they did not get."""
         with self._write_lock, self._lock:
-            self._seq += n
-            self._lines.clear()
+            self.not_live += n
             self.version += 1
 
     def subscribe(self, tap: Callable[[Change], None]) -> dict[str, Any]:

@@ -205,8 +205,15 @@ async def test_restart_stops_then_launches_a_fresh_run() -> None:
         await settle(pilot, app)
         assert first.stopped == 1
         assert len(FakeController.instances) == 2
-        assert app.controller is FakeController.instances[1]
-        assert FakeController.instances[1].launched == 1
+        second = FakeController.instances[1]
+        assert app.controller is second
+        assert second.launched == 1
+        # the dashboard pumps the controller it shows, and lets go of the one it replaced
+        pumped = second.pumped
+        await pilot.pause(0.1)
+        assert second.pumped > pumped
+        assert first.closed == 1 and second.closed == 0
+    assert second.closed == 1, "the dashboard's exit lets go of its controller"
 
 
 @sync

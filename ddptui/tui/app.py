@@ -420,7 +420,8 @@ class DashboardApp(App[int]):
     def _refresh_status(self, log: LogView) -> None:
         self.log_status.state = LogState(
             self.view.label, log.follow, log.pending, log.wrap,
-            self.pattern.pattern if self.pattern else "", log.history, self.skipped,
+            self.pattern.pattern if self.pattern else "", log.history,
+            self.skipped + self.store.not_live,  # neither came to this view; both are on disk
         )
 
     def _signal_failures(self, nodes: list[NodeView], failures: list[Failure]) -> None:

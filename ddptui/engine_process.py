@@ -256,15 +256,17 @@ class EngineProcess:
         cmd, cmd_child = socket.socketpair()
         feed, feed_child = socket.socketpair()
         fds = (cmd_child.fileno(), feed_child.fileno())
-        env = dict(os.environ)  # whatever the dashboard imports, the engine can import
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        # Whatever the dashboard imports, the engine can import: its sys.path goes on the
+        # command line, not into PYTHONPATH, which local nodes' torchrun would inherit.
+        path = [p for p in sys.path if p]
+        code = f"import sys; sys.path[:0] = {path!r}; " \
+               f"from ddptui.engine_process import main; main{fds}"
         try:
             # A session of its own: the terminal's Ctrl-C and hang-up are the dashboard's.
             # Should the dashboard die, the engine reads EOF, detaches and ends.
             self.process = subprocess.Popen(
-                [sys.executable, "-c", f"from ddptui.engine_process import main; main{fds}"],
-                pass_fds=fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+                [sys.executable, "-c", code], pass_fds=fds, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         finally:
             cmd_child.close()
             feed_child.close()

@@ -130,6 +130,14 @@ def test_the_replica_gets_the_run_as_the_engine_stores_it(engine: EngineProcess,
     assert engine.process.poll() is None
 
 
+def test_the_engine_leaves_the_environment_as_it_found_it(engine: EngineProcess) -> None:
+    """Local nodes' torchrun inherits the engine's environment: no PYTHONPATH of ours."""
+    env = Path(f"/proc/{engine.process.pid}/environ").read_bytes().split(b"\0")
+    ours = [e for e in env if e.startswith(b"PYTHONPATH=")]
+    mine = os.environ.get("PYTHONPATH")
+    assert ours == ([] if mine is None else [f"PYTHONPATH={mine}".encode()])
+
+
 def test_a_launch_error_comes_back_as_itself(engine: EngineProcess, tmp_path: Path) -> None:
     client = engine.open(scripted, str(tmp_path), 0, False, "node a: no torch there")
     with pytest.raises(LaunchError) as e:

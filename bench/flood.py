@@ -4,7 +4,7 @@ It stands in for the controller, with the same surface, and does what the node f
 raw torchrun output (one line prefix per rank, plus one ``@ddptui`` metric record per rank per
 batch) goes through the real parser into a real store with its disk mirror. ``launch`` starts
 the flood at ``rate`` lines/s. ``stop`` ends that measured phase: the flood then goes flat out
-until ``total`` lines, and the run is done.
+until ``total`` lines, and the run is done. ``detach`` stops the flood where it is.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ class FloodRun:
         self.result: Any = None
         self._done = threading.Event()
         self._flat_out = threading.Event()
+        self._halt = threading.Event()
         self._feeder = threading.Thread(target=self._feed, daemon=True)
 
     @property
@@ -52,15 +53,17 @@ class FloodRun:
         self._flat_out.set()
 
     def detach(self) -> None:
-        self._flat_out.set()
-        self._feeder.join()
+        """The dashboard let go before the end: the flood stops where it is."""
+        self._halt.set()
+        if self._feeder.is_alive():
+            self._feeder.join()
 
     def _feed(self) -> None:
         store, n, step = self.store, 0, 0
         parsers = [NodeLogParser(name) for name in self.nodes]
         per_node = len(self.nodes)
         started = time.perf_counter()
-        while n < self.total:
+        while n < self.total and not self._halt.is_set():
             flat = self._flat_out.is_set()
             per_batch = 5000 if flat else int(self.rate * BATCH_S)
             now = time.time()
@@ -84,6 +87,8 @@ class FloodRun:
                 ahead = started + n / self.rate - time.perf_counter()
                 if ahead > 0:
                     time.sleep(ahead)
+        if self._halt.is_set():
+            return
         self.store.set_run(status="finished", exit_code=0, ended_at=time.time())
         self.store.close()
         self.result = {"lines": n}

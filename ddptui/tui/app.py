@@ -49,8 +49,8 @@ OLDER_CHUNK = 1000
 #: Lines written to the log per tick at most (6k/s at 15 Hz); a flood beyond that is more
 #: than anyone reads: the newest are shown, the rest counted and kept in the rings and on disk.
 TICK_LINES = 400
-#: A drain that brings this many lines means a flood: then the log is written 5 times a
-#: second, not 15 (scrolling text that fast is unreadable, and each write repaints it all).
+#: A drain that brings this many lines means a flood: then the log is written twice a
+#: second, not 15 times (scrolling text that fast is unreadable, and each write repaints it all).
 FLOOD_LINES = 200
 FLOOD_EVERY_S = 0.5
 
@@ -70,7 +70,8 @@ class ControllerLike(Protocol):
     def detach(self) -> None: ...
     def process_estimate(self) -> tuple[int, int]: ...
     def pump(self) -> None:
-        """Bring ``store`` up to date (quick: the dashboard calls it on every tick)."""
+        """Bring ``store`` up to date, a few ms at most (the dashboard calls it 100 times a
+        second)."""
     def close(self) -> None:
         """Let go of the controller; a run still going is left going."""
 

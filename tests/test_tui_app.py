@@ -615,3 +615,33 @@ async def test_home_at_top_of_all_ranks_reads_older_lines_from_disk(tmp_path: Pa
         await settle(pilot, app)
         assert log.lines[0] == "[0] line 0" and log.lines[949] == "[1] line 949"
         assert log.history == 950 and not log.follow
+
+
+@sync
+async def test_log_scrollbar_repaints_only_when_its_thumb_moves() -> None:
+    from textual.app import App, ComposeResult
+    from textual.geometry import Region
+
+    from ddptui.tui.log_view import LogScrollBar
+
+    class One(App[None]):
+        def compose(self) -> ComposeResult:
+            yield LogView()
+
+    app = One()
+    async with app.run_test(size=(60, 12)) as pilot:
+        log = app.query_one(LogView)
+        log.append([f"line {i}" for i in range(2000)])
+        await pilot.pause()
+        bar = log.vertical_scrollbar
+        assert isinstance(bar, LogScrollBar) and bar.display
+        whole = Region(0, 0, *bar.size)
+        first = bar.render_lines(whole)
+        log.append(["one more"])  # the thumb is one cell already; the end does not move
+        await pilot.pause()
+        assert bar.render_lines(whole) is first
+        log.follow = False
+        log.scroll_home(animate=False, immediate=True)
+        await pilot.pause()
+        top = bar.render_lines(whole)
+        assert top is not first and [list(s) for s in top] != [list(s) for s in first]

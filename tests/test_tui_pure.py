@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+from rich.style import Style
 
 from ddptui.events import Level, LogLine, NodeStatus, Source
 from ddptui.store import NodeView, RankView
 from ddptui.tui.downsample import BLOCKS, downsample, sparkline
 from ddptui.tui.health import assess
+from ddptui.tui.log_view import LineStyler
 from ddptui.tui.node_rows import age, build_rows, rank_span, rate
 from ddptui.tui.scrollback import LineFile
 from ddptui.tui.views import (
@@ -16,6 +20,7 @@ from ddptui.tui.views import (
     compile_filter,
     format_line,
     line_style,
+    printable,
     wrap_line,
 )
 
@@ -61,6 +66,14 @@ def test_filter_smart_case_and_bad_regex() -> None:
     pat, msg = compile_filter("a[")
     assert pat is not None and pat.search("xa[y") and "not a regex" in msg
     assert compile_filter("") == (None, "")
+
+
+def test_printable_keeps_what_a_terminal_would_show() -> None:
+    assert printable("plain [1] step 3") == "plain [1] step 3"
+    assert printable("\x1b[1;32mINFO\x1b[0m ok") == "INFO ok"
+    assert printable("10%|#  | 1/10\r50%|##### | 5/10\r") == "50%|##### | 5/10"
+    assert printable("a\tb") == "a       b"
+    assert printable("\x1b]0;title\x07x\x00") == "x\ufffd"
 
 
 def test_wrap_line() -> None:
@@ -153,3 +166,28 @@ def test_chart_strips_fit_the_width() -> None:
     assert set(plotted) == {0, 1} and all(0 < n <= 4 * 52 for n in plotted.values())
     assert len(rows) == 20 and all(r.cell_length <= 60 for r in rows)
     assert metric_cycle(["zeta", "loss", "eval_loss"]) == ["loss", "eval_loss", "zeta"]
+
+
+def test_log_rows_are_cut_to_the_pane_and_carry_selection_offsets() -> None:
+    styler = LineStyler()
+    base = Style(color="white")
+    row = styler.row("[1] RuntimeError: rank 3 failed", base, False, 4, 12, 42)
+    assert row.text == "RuntimeError" and row.cell_length == 12
+    first = next(iter(row))
+    assert first.style is not None and first.style.color is not None
+    assert first.style.color.name == "red" and first.style.meta == {"offset": (4, 42)}
+
+    short = styler.row("ok", base, False, 0, 6, 0)
+    assert short.text == "ok    " and [s.style.meta["offset"] for s in short] == [(0, 0), (2, 0)]
+
+    wide = styler.row("损失 loss 0.5", base, False, 1, 6, 0)  # a cut through a wide glyph
+    assert wide.cell_length == 6 and wide.text == " 失 lo"
+
+    coloured = styler.row("a\tb \x1b[31mred\x1b[0m\x07", base, False, 0, 16, 0)
+    assert coloured.text == "a       b red\ufffd  "
+
+    styler.pattern = re.compile("loss")
+    styler.forget()
+    hit = [s for s in styler.row("step 5 loss 0.1", base, True, 0, 20, 3) if s.text == "loss"]
+    assert hit and hit[0].style is not None and hit[0].style.bgcolor is not None
+    assert hit[0].style.reverse and hit[0].style.meta == {"offset": (7, 3)}

@@ -9,19 +9,23 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Iterable
+from functools import lru_cache
 
 from rich.cells import cell_len
+from rich.color import Color
 from rich.segment import Segment
 from rich.style import Style
 from textual.binding import Binding
 from textual.events import MouseScrollUp
+from textual.geometry import Offset, Region
 from textual.message import Message
 from textual.reactive import reactive, var
+from textual.scrollbar import ScrollBar, ScrollBarRender
 from textual.strip import Strip
 from textual.widgets import Log
 
 from ddptui.events import Level
-from ddptui.tui.views import line_style, wrap_line
+from ddptui.tui.views import line_style, printable, wrap_line
 
 #: Lines kept in the widget; older ones come back from the in-memory rings or from disk.
 MAX_LINES = 4000
@@ -39,23 +43,38 @@ _CACHE_ROWS = 1000
 class LineStyler:
     """Colours a shown line by its level, dims NCCL chatter, marks search matches.
 
-    Builds the row's segments directly (no Rich ``Text`` and no console render per row),
-    and keeps the result per distinct line, so a repaint of unchanged rows is a lookup.
+    Under a flood nearly every painted row is a line never painted before, so the row is
+    built in one step at the pane's width: a plain printable line is sliced, not cropped
+    through intermediate strips (each ``Strip`` carries seven caches of its own). The cut
+    segments are kept per distinct line, so a repaint of unchanged rows is a lookup.
     """
 
     def __init__(self) -> None:
         self.pattern: re.Pattern[str] | None = None
         self.dim_nccl = True
-        self._cache: dict[tuple[str, Style, bool], Strip] = {}
+        self._cache: dict[tuple[str, Style, bool, int, int], list[tuple[str, Style]]] = {}
 
     def forget(self) -> None:
         self._cache.clear()
 
-    def strip(self, text: str, base: Style, current: bool) -> Strip:
-        key = (text, base, current)
-        got = self._cache.get(key)
-        if got is not None:
-            return got
+    def row(self, text: str, base: Style, current: bool, x: int, width: int, y: int
+            ) -> Strip:
+        """Row ``y`` of the log, columns ``x`` to ``x + width``, with the offsets that mouse
+        selection reads."""
+        key = (text, base, current, x, width)
+        parts = self._cache.get(key)
+        if parts is None:
+            parts = self._cut(printable(text), base, current, x, width)
+            if len(self._cache) >= _CACHE_ROWS:
+                self._cache.clear()
+            self._cache[key] = parts
+        segments = []
+        for part, style in parts:
+            segments.append(Segment(part, style + _offset(x, y)))
+            x += len(part)
+        return Strip(segments, width)
+
+    def _style(self, text: str, base: Style, current: bool) -> Style:
         level = line_style(text)
         style = base
         if level is None:
@@ -63,8 +82,17 @@ class LineStyler:
                 style = base + _NCCL_DIM
         elif level in _LEVEL_STYLE:
             style = base + _LEVEL_STYLE[level]
-        if current:
-            style = style + _CURRENT
+        return style + _CURRENT if current else style
+
+    def _cut(self, text: str, base: Style, current: bool, x: int, width: int
+             ) -> list[tuple[str, Style]]:
+        style = self._style(text, base, current)
+        if self.pattern is None and text.isascii() and text.isprintable():  # one cell a char
+            cut = text[x:x + width]
+            parts = [(cut, style)] if cut else []
+            if len(cut) < width:
+                parts.append((" " * (width - len(cut)), base))
+            return parts
         segments: list[Segment] = []
         pos = 0
         if self.pattern is not None:
@@ -78,11 +106,51 @@ class LineStyler:
                 pos = m.end()
         if pos < len(text):
             segments.append(Segment(text[pos:], style))
-        strip = Strip(segments, cell_len(text))
-        if len(self._cache) >= _CACHE_ROWS:
-            self._cache.clear()
-        self._cache[key] = strip
-        return strip
+        strip = Strip(segments, cell_len(text)).crop_extend(x, x + width, base)
+        return [(seg.text, seg.style or base) for seg in strip]
+
+
+@lru_cache(maxsize=8192)
+def _offset(x: int, y: int) -> Style:
+    """The meta that Textual's text selection reads; a following log paints the same rows
+    at the same offsets, so it is built once per cell position, not once per paint."""
+    return Style.from_meta({"offset": (x, y)})
+
+
+class LogScrollBar(ScrollBar):
+    """Textual's scrollbar, painted again only when its picture changes.
+
+    While lines pour in, the log's size and offset change on every write, and Textual
+    repaints the scrollbar each time through Rich and its style pipeline: 3-15 ms for a bar
+    whose thumb, once the log holds a few thousand lines, has not moved by one cell.
+    """
+
+    _memo: tuple[object, list[Strip]] | None = None
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        key = self._picture(crop)
+        if key is not None and self._memo is not None and self._memo[0] == key:
+            return self._memo[1]
+        strips = super().render_lines(crop)
+        self._memo = None if key is None else (key, strips)
+        return strips
+
+    def _picture(self, crop: Region) -> object:
+        bar = self.render()
+        if not isinstance(bar, ScrollBarRender) or not isinstance(bar.style, Style):
+            return None
+        width, height = self.size
+        picture = bar.render_bar(
+            size=height if bar.vertical else width, window_size=bar.window_size,
+            virtual_size=bar.virtual_size, position=bar.position, vertical=bar.vertical,
+            thickness=width if bar.vertical else height,
+            back_color=bar.style.bgcolor or Color.parse("#555555"),
+            bar_color=bar.style.color or Color.parse("bright_magenta"))
+        return crop, self.size, tuple(picture.segments)
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._memo = None
 
 
 class LogView(Log):
@@ -110,6 +178,17 @@ class LogView(Log):
         self.raw: deque[str] = deque(maxlen=MAX_LINES)  # unwrapped lines, what `save` writes
         self._held: deque[str] = deque(maxlen=MAX_LINES)
         self.history = 0  # lines above the rings, read from disk
+        self._paint: tuple[Style, int, Offset, bool] | None = None
+
+    @property
+    def vertical_scrollbar(self) -> ScrollBar:
+        """Textual's own property (``Widget.vertical_scrollbar``), making a LogScrollBar."""
+        if self._vertical_scrollbar is None:
+            self._vertical_scrollbar = bar = LogScrollBar(
+                vertical=True, name="vertical", thickness=self.scrollbar_size_vertical)
+            bar.display = False
+            self.app._start_widget(self, bar)
+        return self._vertical_scrollbar
 
     def _update_size(self, updates: int, lines: list[str]) -> None:  # type: ignore[override]
         """Skip ``Log``'s per-write width scan (a thread measuring every line): long lines
@@ -157,7 +236,7 @@ class LogView(Log):
         width = max(20, self.scrollable_content_region.width - 1)
         rows: list[str] = []
         for line in lines:
-            rows.extend(wrap_line(line, width))
+            rows.extend(wrap_line(printable(line), width))
         return rows
 
     def _rewrite(self, *, scroll_end: bool) -> None:
@@ -228,19 +307,30 @@ class LogView(Log):
     def watch_match_row(self) -> None:
         self.refresh()
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """Reads the style, width and scroll once per paint; per row they cost more than
+        the row itself."""
+        self._paint = (self.rich_style, self.scrollable_content_region.width,
+                       self.scroll_offset, self.text_selection is not None)
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._paint = None
+
     def render_line(self, y: int) -> Strip:
-        if self.text_selection is not None:  # mouse selection: Log's own path draws it
+        paint = self._paint
+        if paint is None:
+            paint = (self.rich_style, self.scrollable_content_region.width, self.scroll_offset,
+                     self.text_selection is not None)
+        base, width, (scroll_x, scroll_y), selecting = paint
+        if selecting:  # mouse selection: Log's own path draws it
             return super().render_line(y)
-        scroll_x, scroll_y = self.scroll_offset
         index = scroll_y + y
-        width = self.scrollable_content_region.width
-        base = self.rich_style
         lines = self.lines
         if index >= len(lines):
             return Strip.blank(width, base)
-        text = self._process_line(lines[index])
-        strip = self.styler.strip(text, base, index == self.match_row)
-        return strip.crop_extend(scroll_x, scroll_x + width, base).apply_offsets(scroll_x, index)
+        return self.styler.row(lines[index], base, index == self.match_row, scroll_x, width,
+                               index)
 
     def _pause(self) -> None:
         if self.follow and self.max_scroll_y > 0:

@@ -8,12 +8,15 @@ Here a changed row costs one strip, and unchanged rows come from a cache.
 
 from __future__ import annotations
 
+from functools import lru_cache
+from typing import NamedTuple
+
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
 from textual.binding import Binding
-from textual.geometry import Size
+from textual.geometry import Offset, Region, Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
@@ -25,6 +28,19 @@ PAD = 1  # blank cells each side of a column
 #: Tones in the terminal's own ANSI colours, which every terminal has (16 colours included).
 TONE_STYLE = {"error": Style(color="red", bold=True), "warning": Style(color="yellow"),
               "dim": Style(dim=True), "success": Style(color="green")}
+
+
+class _Paint(NamedTuple):
+    base: Style
+    header: Style
+    cursor: Style
+    width: int
+    scroll: Offset
+
+
+@lru_cache(maxsize=4096)
+def _cell_meta(row: int, column: int) -> Style:
+    return Style(meta={"row": row, "column": column})
 
 
 class NodesTable(ScrollView, can_focus=True):
@@ -78,6 +94,8 @@ class NodesTable(ScrollView, can_focus=True):
         self._index: dict[str, int] = {}
         self._widths = [cell_len(name) for name in COLUMNS]
         self._strips: dict[tuple[int, bool], Strip] = {}
+        self._header: tuple[tuple[Style, int, int], Strip] | None = None
+        self._paint: _Paint | None = None
 
     # -- content ---------------------------------------------------------------------------
 
@@ -93,6 +111,7 @@ class NodesTable(ScrollView, can_focus=True):
         if widths != self._widths or len(old) != len(rows):
             self._widths = widths
             self._strips.clear()
+            self._header = None
         else:  # same shape: only the rows that changed are drawn again
             for i, (a, b) in enumerate(zip(old, rows, strict=True)):
                 if a != b:
@@ -118,45 +137,61 @@ class NodesTable(ScrollView, can_focus=True):
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._strips.clear()
+        self._header = None
 
     def _line(self, cells: tuple[str, ...], style: Style, row: int) -> Strip:
         """One segment per cell, each with its own meta, so that the terminal's compositor
         keeps them apart. A screenshot's SVG then places every cell at its own column, even
         after a sparkline whose glyphs its font draws wider."""
         pad = " " * PAD
-        segments = [Segment(pad + set_cell_size(c, w) + pad,
-                            style + Style(meta={"row": row, "column": i}))
+        segments = [Segment(pad + set_cell_size(c, w) + pad, style + _cell_meta(row, i))
                     for i, (c, w) in enumerate(zip(cells, self._widths, strict=True))]
         return Strip(segments, sum(self._widths) + 2 * PAD * len(self._widths))
 
-    def _row_strip(self, index: int, cursor: bool) -> Strip:
+    def _row_strip(self, index: int, cursor: bool, paint: _Paint) -> Strip:
         key = (index, cursor)
         strip = self._strips.get(key)
         if strip is None:
             row = self._rows[index]
-            style = self.rich_style
+            style = paint.base
             if row.tone:
                 style += TONE_STYLE[row.tone]
             if cursor:
-                style += self.get_component_rich_style("nodes-table--cursor")
+                style += paint.cursor
             strip = self._strips[key] = self._line(row.cells, style, index)
         return strip
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """Styles, width and scroll read once per paint rather than once per row."""
+        self._paint = self._read_paint()
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._paint = None
+
+    def _read_paint(self) -> _Paint:
+        return _Paint(self.rich_style, self.get_component_rich_style("nodes-table--header"),
+                      self.get_component_rich_style("nodes-table--cursor"),
+                      self.scrollable_content_region.width, self.scroll_offset)
+
     def render_line(self, y: int) -> Strip:
-        scroll_x, scroll_y = self.scroll_offset
-        width = self.scrollable_content_region.width
-        base = self.rich_style
+        paint = self._paint or self._read_paint()
+        scroll_x, scroll_y = paint.scroll
+        base, width = paint.base, paint.width
         if y == 0:  # the header stays while the rows scroll under it
-            header = self.get_component_rich_style("nodes-table--header")
-            strip = self._line(COLUMNS, base + header, -1)
-            return strip.crop_extend(scroll_x, scroll_x + width, base + header)
+            header = base + paint.header
+            if self._header is None or self._header[0] != (header, scroll_x, width):
+                strip = self._line(COLUMNS, header, -1).crop_extend(scroll_x, scroll_x + width,
+                                                                    header)
+                self._header = ((header, scroll_x, width), strip)
+            return self._header[1]
         index = scroll_y + y - 1
         if index >= len(self._rows):
             return Strip.blank(width, base)
         cursor = index == self.cursor_row
-        strip = self._row_strip(index, cursor)
-        fill = base + self.get_component_rich_style("nodes-table--cursor") if cursor else base
-        return strip.crop_extend(scroll_x, scroll_x + width, fill)
+        strip = self._row_strip(index, cursor, paint)
+        return strip.crop_extend(scroll_x, scroll_x + width,
+                                 base + paint.cursor if cursor else base)
 
     # -- the cursor ------------------------------------------------------------------------
 

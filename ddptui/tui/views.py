@@ -103,6 +103,21 @@ def compile_filter(pattern: str) -> tuple[re.Pattern[str] | None, str]:
         return re.compile(re.escape(pattern), flags), f"not a regex ({e}); searching the text"
 
 
+_ESCAPE_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def printable(text: str) -> str:
+    """What a terminal would show of a line from a program that writes for one: colour
+    codes dropped, the last overwrite after a carriage return kept (progress bars), tabs
+    expanded. No control byte from a training script reaches the user's terminal."""
+    if text.isprintable():
+        return text
+    if "\r" in text:
+        text = text.rstrip("\r").rsplit("\r", 1)[-1]
+    return _CONTROL_RE.sub("\ufffd", _ESCAPE_RE.sub("", text).expandtabs())
+
+
 def wrap_line(shown: str, width: int) -> list[str]:
     """Split a line into rows of ``width`` cells; continuation rows are indented by two."""
     if width <= 4 or len(shown) <= width:

@@ -645,3 +645,16 @@ async def test_log_scrollbar_repaints_only_when_its_thumb_moves() -> None:
         await pilot.pause()
         top = bar.render_lines(whole)
         assert top is not first and [list(s) for s in top] != [list(s) for s in first]
+
+
+@sync
+async def test_toasts_show_what_the_nodes_said_as_written() -> None:
+    from textual.widgets._toast import Toast
+
+    app = make_app(scenario("train"))
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        said = "[rank1]: ValueError: bad [/] value [bold]x"
+        app.notify(said, title="Node failed", severity="error")
+        await pilot.pause(0.2)
+        shown = [str(t.render()) for t in app.screen.query(Toast)]
+        assert any(said in text for text in shown), shown

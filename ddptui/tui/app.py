@@ -425,6 +425,12 @@ class DashboardApp(App[int]):
             self.skipped + self.store.not_live,  # neither came to this view; both are on disk
         )
 
+    def notify(self, message: str, *, markup: bool = False, **kwargs: Any) -> None:
+        """Toasts carry what the nodes said (``[rank1]: ValueError: ...``), hosts-file text
+        and regexes: never read as Textual markup, which would eat the ``[rank1]`` or fail
+        on a stray ``[/]``."""
+        super().notify(message, markup=markup, **kwargs)
+
     def _signal_failures(self, nodes: list[NodeView], failures: list[Failure]) -> None:
         failed_nodes = {f.node for f in failures}
         for f in failures[self._failures_seen:]:

@@ -23,7 +23,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(self.question, classes="question")
+            yield Label(self.question, classes="question", markup=False)
             with Horizontal(classes="buttons"):
                 yield Button(f"{self.yes} (y)", variant="error", id="yes")
                 yield Button(f"{self.no} (n)", id="no")

@@ -190,6 +190,11 @@ class LogView(Log):
             self.app._start_widget(self, bar)
         return self._vertical_scrollbar
 
+    @classmethod
+    def _process_line(cls, line: str) -> str:
+        """Log's own clean-up for the rows it draws itself (during a mouse selection)."""
+        return printable(line)
+
     def _update_size(self, updates: int, lines: list[str]) -> None:  # type: ignore[override]
         """Skip ``Log``'s per-write width scan (a thread measuring every line): long lines
         are cut (overflow-x is hidden) or wrapped with `w`, so the width is never needed,

@@ -26,7 +26,7 @@ class QuitScreen(ModalScreen[QuitChoice]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(self.question, classes="question")
+            yield Label(self.question, classes="question", markup=False)
             with Horizontal(classes="buttons"):
                 yield Button("Stop it (s)", variant="error", id="stop")
                 yield Button("Leave running (l)", variant="primary", id="leave")

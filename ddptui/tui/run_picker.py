@@ -6,6 +6,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -34,7 +35,7 @@ class RunPicker(ModalScreen[str | None]):
         with Vertical(classes="dialog picker"):
             yield Label("Attach to which run? (enter: attach, esc: cancel)", classes="question")
             if self.runs:
-                yield OptionList(*(Option(run_label(r), id=r.run_id) for r in self.runs))
+                yield OptionList(*(Option(Text(run_label(r)), id=r.run_id) for r in self.runs))
             else:
                 yield Label("No runs recorded yet.")
 

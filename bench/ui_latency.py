@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import shutil
 import statistics
 import sys
@@ -42,23 +43,36 @@ def rss_mb(pid: int | str = "self") -> float:
     return float("nan")
 
 
-async def latencies(app: DashboardApp, frames: list[tuple[float, bool]], samples: int
-                    ) -> list[float]:
+class Watch:
+    """Set by the display hook when the first frame with the wanted status goes out, so the
+    measuring loop sleeps until then instead of polling the loop it measures."""
+
+    def __init__(self) -> None:
+        self.want: bool | None = None
+        self.hit = 0.0
+        self.seen = asyncio.Event()
+
+    def frame(self, follow: bool) -> None:
+        if self.want is not None and follow == self.want:
+            self.hit, self.want = time.perf_counter(), None
+            self.seen.set()
+
+
+async def latencies(app: DashboardApp, watch: Watch, samples: int) -> list[float]:
     out: list[float] = []
+    gaps = random.Random(4)  # keys at uneven times, never in step with the app's timers
     for _ in range(samples):
-        want = not app.log_view.follow
+        watch.seen.clear()
+        watch.want = not app.log_view.follow
         t0 = time.perf_counter()
         app.simulate_key("s")
-        deadline = t0 + 2.0
-        while time.perf_counter() < deadline:
-            hit = next((t for t, follow in reversed(frames) if t > t0 and follow == want), None)
-            if hit is not None:
-                out.append(hit - t0)
-                break
-            await asyncio.sleep(0.001)
-        else:
+        try:
+            await asyncio.wait_for(watch.seen.wait(), 2.0)
+            out.append(watch.hit - t0)
+        except TimeoutError:
+            watch.want = None
             out.append(2.0)
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(gaps.uniform(0.03, 0.07))
     return out
 
 
@@ -71,7 +85,7 @@ async def main(args: argparse.Namespace) -> int:
     client: EngineClient = engine.open(flood_run, RANKS, args.rate, args.total)
     app = DashboardApp(None, controller_factory=lambda config, root: client,
                        attacher=lambda run_id, root: client, drain_hz=args.hz)
-    frames: list[tuple[float, bool]] = []
+    watch = Watch()
     try:
         async with app.run_test(size=(args.width, 48)) as pilot:
             app.use_controller(client)
@@ -80,17 +94,16 @@ async def main(args: argparse.Namespace) -> int:
             def timed_display(screen: Any, renderable: Any) -> None:
                 display(screen, renderable)
                 if renderable is not None:
-                    frames.append((time.perf_counter(), app.log_status.state.follow))
-                    del frames[:-200]
+                    watch.frame(app.log_status.state.follow)
 
             app._display = timed_display  # type: ignore[method-assign]
             await pilot.pause(0.5)
-            idle = await latencies(app, frames, args.samples)
+            idle = await latencies(app, watch, args.samples)
 
             await asyncio.to_thread(client.launch)
             await asyncio.sleep(1.0)
             seq0, t0 = client.store.seq, time.perf_counter()
-            loaded = await latencies(app, frames, args.samples)
+            loaded = await latencies(app, watch, args.samples)
             rate = (client.store.seq - seq0) / (time.perf_counter() - t0)
             await asyncio.to_thread(client.stop)
 

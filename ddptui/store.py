@@ -122,6 +122,7 @@ class Store:
         self.summaries: dict[int, dict[str, Any]] = {}
         self.run = RunInfo()
         self.version = 0
+        self.points = 0  # series points so far: the chart redraws only when this moved
         self._mirror = _Mirror(run_dir) if run_dir is not None and mirrored else None
 
     # -- writing ---------------------------------------------------------------------------
@@ -296,6 +297,7 @@ class Store:
                 s = self._series[key] = Series.empty(self._series_max)
             s.steps.append(ev.step)
             s.values.append(value)
+            self.points += 1
 
     # -- reading ---------------------------------------------------------------------------
 

@@ -622,11 +622,13 @@ async def test_log_scrollbar_repaints_only_when_its_thumb_moves() -> None:
     from textual.app import App, ComposeResult
     from textual.geometry import Region
 
-    from ddptui.tui.log_view import LogScrollBar
+    from ddptui.tui.nodes_table import NodesTable
+    from ddptui.tui.scrollbar import QuietScrollBar
 
     class One(App[None]):
         def compose(self) -> ComposeResult:
             yield LogView()
+            yield NodesTable()
 
     app = One()
     async with app.run_test(size=(60, 12)) as pilot:
@@ -634,7 +636,8 @@ async def test_log_scrollbar_repaints_only_when_its_thumb_moves() -> None:
         log.append([f"line {i}" for i in range(2000)])
         await pilot.pause()
         bar = log.vertical_scrollbar
-        assert isinstance(bar, LogScrollBar) and bar.display
+        assert isinstance(bar, QuietScrollBar) and bar.display
+        assert isinstance(app.query_one(NodesTable).vertical_scrollbar, QuietScrollBar)
         whole = Region(0, 0, *bar.size)
         first = bar.render_lines(whole)
         log.append(["one more"])  # the thumb is one cell already; the end does not move
@@ -658,3 +661,23 @@ async def test_toasts_show_what_the_nodes_said_as_written() -> None:
         await pilot.pause(0.2)
         shown = [str(t.render()) for t in app.screen.query(Toast)]
         assert any(said in text for text in shown), shown
+
+
+@sync
+async def test_chart_is_drawn_again_only_when_points_arrive() -> None:
+    from ddptui.events import Metric
+
+    app = make_app(scenario("train"))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot, app)
+        drawn: list[str] = []
+        app._draw_chart = lambda store, metric, *a: drawn.append(metric)  # type: ignore
+        store = app.store
+        store.apply([LogLine("node0", "NCCL INFO chatter", T0 + 11, rank=0)] * 50)
+        app._last_chart = 0.0
+        app.tick()
+        assert drawn == []
+        store.apply([Metric("node0", 0, "metric", 10_000, {"loss": 0.5}, T0 + 12)])
+        app._last_chart = 0.0
+        app.tick()
+        assert drawn == ["loss"]

@@ -45,6 +45,9 @@ DRAIN_HZ = 15
 PUMP_HZ = 100
 TABLE_EVERY_S = 0.5
 CHART_EVERY_S = 0.5
+#: Under a flood the chart is the costliest thing to redraw: a worker thread's 5-10 ms of
+#: Python, which shares the interpreter with the keys, then 37 rows of dots to paint.
+CHART_FLOOD_EVERY_S = 1.0
 OLDER_CHUNK = 1000
 #: Lines written to the log per tick at most (6k/s at 15 Hz); a flood beyond that is more
 #: than anyone reads: the newest are shown, the rest counted and kept in the rings and on disk.
@@ -185,6 +188,7 @@ class DashboardApp(App[int]):
         self.cursor = 0
         self._skip_through: LogLine | None = None
         self._version = -1
+        self._points = -1
         self._failures_seen = 0
         self._node_status: dict[str, NodeStatus] = {}
         self._last_table = 0.0
@@ -308,7 +312,9 @@ class DashboardApp(App[int]):
         changed = store.version != self._version
         if changed:
             self._version = store.version
-            self.chart.dirty = True
+            if store.points != self._points:
+                self._points = store.points
+                self.chart.dirty = True
         if self.layout_mode == "auto" and (self.size.width >= 120) != self._wide:
             self._apply_layout()  # a resize seen before mount, or missed
         log = self.log_view
@@ -327,7 +333,8 @@ class DashboardApp(App[int]):
             self._last_table = mono
             self._refresh_table(now)
         chart = self.chart
-        if chart.display and chart.dirty and mono - self._last_chart >= CHART_EVERY_S:
+        every = CHART_FLOOD_EVERY_S if self._flooding else CHART_EVERY_S
+        if chart.display and chart.dirty and mono - self._last_chart >= every:
             self._last_chart = mono
             chart.dirty = False
             self._draw_chart(store, chart.metric, chart.log_scale, *chart.content_size)

@@ -58,6 +58,8 @@ def plot(series: Sequence[tuple[Sequence[float], Sequence[float]]], width: int, 
                 y = math.log10(y)
             px = round((x - x0) * sx)
             py = ph - 1 - round((y - y0) * sy)
+            if prev is not None and prev[0] == px and prev[1] == py:
+                continue
             if prev is not None and prev[0] != px:
                 # join to the previous point: fill the columns between, then the rise
                 ppx, ppy = prev

@@ -12,7 +12,6 @@ from collections.abc import Iterable
 from functools import lru_cache
 
 from rich.cells import cell_len
-from rich.color import Color
 from rich.segment import Segment
 from rich.style import Style
 from textual.binding import Binding
@@ -20,11 +19,12 @@ from textual.events import MouseScrollUp
 from textual.geometry import Offset, Region
 from textual.message import Message
 from textual.reactive import reactive, var
-from textual.scrollbar import ScrollBar, ScrollBarRender
+from textual.scrollbar import ScrollBar
 from textual.strip import Strip
 from textual.widgets import Log
 
 from ddptui.events import Level
+from ddptui.tui.scrollbar import quiet_scrollbar
 from ddptui.tui.views import line_style, printable, wrap_line
 
 #: Lines kept in the widget; older ones come back from the in-memory rings or from disk.
@@ -117,42 +117,6 @@ def _offset(x: int, y: int) -> Style:
     return Style.from_meta({"offset": (x, y)})
 
 
-class LogScrollBar(ScrollBar):
-    """Textual's scrollbar, painted again only when its picture changes.
-
-    While lines pour in, the log's size and offset change on every write, and Textual
-    repaints the scrollbar each time through Rich and its style pipeline: 3-15 ms for a bar
-    whose thumb, once the log holds a few thousand lines, has not moved by one cell.
-    """
-
-    _memo: tuple[object, list[Strip]] | None = None
-
-    def render_lines(self, crop: Region) -> list[Strip]:
-        key = self._picture(crop)
-        if key is not None and self._memo is not None and self._memo[0] == key:
-            return self._memo[1]
-        strips = super().render_lines(crop)
-        self._memo = None if key is None else (key, strips)
-        return strips
-
-    def _picture(self, crop: Region) -> object:
-        bar = self.render()
-        if not isinstance(bar, ScrollBarRender) or not isinstance(bar.style, Style):
-            return None
-        width, height = self.size
-        picture = bar.render_bar(
-            size=height if bar.vertical else width, window_size=bar.window_size,
-            virtual_size=bar.virtual_size, position=bar.position, vertical=bar.vertical,
-            thickness=width if bar.vertical else height,
-            back_color=bar.style.bgcolor or Color.parse("#555555"),
-            bar_color=bar.style.color or Color.parse("bright_magenta"))
-        return crop, self.size, tuple(picture.segments)
-
-    def notify_style_update(self) -> None:
-        super().notify_style_update()
-        self._memo = None
-
-
 class LogView(Log):
     BINDINGS = [
         Binding("end", "resume", "Follow again", show=False),
@@ -182,13 +146,7 @@ class LogView(Log):
 
     @property
     def vertical_scrollbar(self) -> ScrollBar:
-        """Textual's own property (``Widget.vertical_scrollbar``), making a LogScrollBar."""
-        if self._vertical_scrollbar is None:
-            self._vertical_scrollbar = bar = LogScrollBar(
-                vertical=True, name="vertical", thickness=self.scrollbar_size_vertical)
-            bar.display = False
-            self.app._start_widget(self, bar)
-        return self._vertical_scrollbar
+        return quiet_scrollbar(self)
 
     @classmethod
     def _process_line(cls, line: str) -> str:

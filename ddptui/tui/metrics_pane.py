@@ -91,7 +91,8 @@ def chart_strips(metric: str, log_y: bool, ranks: Sequence[int], series: SeriesF
         xs, ys = series(rank, metric)
         if xs:
             names.append(rank)
-            data.append(downsample(xs, ys, plot_w * 2))  # type: ignore[arg-type]
+            # a bucket per cell keeps its min and max: the cell's two dot columns
+            data.append(downsample(xs, ys, plot_w))  # type: ignore[arg-type]
     plotted = {r: len(d[0]) for r, d in zip(names, data, strict=True)}
     title = [Segment(f"{metric}{' (log)' if log_y else ''} by step ", _BOLD)]
     for i, rank in enumerate(names):

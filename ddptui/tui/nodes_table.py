@@ -20,9 +20,11 @@ from textual.geometry import Offset, Region, Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
+from textual.scrollbar import ScrollBar
 from textual.strip import Strip
 
 from ddptui.tui.node_rows import COLUMNS, Row
+from ddptui.tui.scrollbar import quiet_scrollbar
 
 PAD = 1  # blank cells each side of a column
 #: Tones in the terminal's own ANSI colours, which every terminal has (16 colours included).
@@ -124,6 +126,10 @@ class NodesTable(ScrollView, can_focus=True):
         if self.cursor_row >= len(rows):
             self.cursor_row = max(0, len(rows) - 1)
         self.refresh()
+
+    @property
+    def vertical_scrollbar(self) -> ScrollBar:
+        return quiet_scrollbar(self)
 
     @property
     def row_keys(self) -> list[str]:

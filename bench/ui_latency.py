@@ -141,7 +141,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rate", type=float, default=50_000, help="lines/s while measuring")
     ap.add_argument("--total", type=int, default=5_000_000, help="lines before reading RSS")
-    ap.add_argument("--samples", type=int, default=100, help="key presses per phase")
+    ap.add_argument("--samples", type=int, default=200, help="key presses per phase")
     ap.add_argument("--width", type=int, default=160, help="terminal columns (<120: no chart)")
     ap.add_argument("--hz", type=float, default=15, help="the dashboard's drain rate")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")

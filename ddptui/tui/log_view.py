@@ -273,19 +273,18 @@ class LogView(Log):
     def render_lines(self, crop: Region) -> list[Strip]:
         """Reads the style, width and scroll once per paint; per row they cost more than
         the row itself."""
-        self._paint = (self.rich_style, self.scrollable_content_region.width,
-                       self.scroll_offset, self.text_selection is not None)
+        self._paint = self._read_paint()
         try:
             return super().render_lines(crop)
         finally:
             self._paint = None
 
+    def _read_paint(self) -> tuple[Style, int, Offset, bool]:
+        return (self.rich_style, self.scrollable_content_region.width, self.scroll_offset,
+                self.text_selection is not None)
+
     def render_line(self, y: int) -> Strip:
-        paint = self._paint
-        if paint is None:
-            paint = (self.rich_style, self.scrollable_content_region.width, self.scroll_offset,
-                     self.text_selection is not None)
-        base, width, (scroll_x, scroll_y), selecting = paint
+        base, width, (scroll_x, scroll_y), selecting = self._paint or self._read_paint()
         if selecting:  # mouse selection: Log's own path draws it
             return super().render_line(y)
         index = scroll_y + y

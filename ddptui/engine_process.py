@@ -27,6 +27,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from ddptui.chart import Run, chart_rows
 from ddptui.feed import (
     Backlog,
     apply_change,
@@ -44,6 +45,8 @@ PUMP_BUDGET_S = 0.005
 SEND_EVERY_S = 0.03
 #: Events per message at most: a message is applied whole, so its size bounds a pump's.
 MESSAGE_EVENTS = 1000
+#: A chart the engine has not built by then is built in the dashboard instead.
+CHART_TIMEOUT_S = 5.0
 #: Decoded messages waiting for the dashboard's loop, at most (about two seconds of a flood).
 INBOX_MESSAGES = 100
 
@@ -156,6 +159,10 @@ class _Engine:
                 pack_snapshot(snapshot)
         if op in ("launch", "stop", "detach"):
             return getattr(self.ctl, op)(*args)
+        if op == "chart":
+            store = self.ctl.store
+            ranks = [r.rank for r in store.rank_views()]
+            return chart_rows(*args[:2], ranks, store.series, *args[2:])
         raise ValueError(f"unknown engine call {op!r}")
 
     def _send_changes(self) -> None:
@@ -324,6 +331,14 @@ class EngineClient:
 
     def detach(self) -> None:
         self.engine.calls.call("detach")
+
+    def chart(self, metric: str, log_y: bool, width: int, height: int
+              ) -> tuple[list[list[Run]], dict[int, int]]:
+        """The chart, built in the engine from its own series (see ``ddptui.chart``); call it
+        off the event loop. Raises :class:`EngineError` once the engine is gone."""
+        built: tuple[list[list[Run]], dict[int, int]] = self.engine.calls.call(
+            "chart", metric, log_y, width, height, timeout=CHART_TIMEOUT_S)
+        return built
 
     def process_estimate(self) -> tuple[int, int]:
         """(processes, nodes), as the controller counts them, from the replica alone: the

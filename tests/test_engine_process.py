@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from ddptui.chart import chart_rows
 from ddptui.controller import LaunchError
 from ddptui.engine_process import EngineClient, EngineError, EngineProcess, Spare
 from ddptui.events import LogLine, Metric, NodeState, NodeStatus
@@ -127,6 +128,11 @@ def test_the_replica_gets_the_run_as_the_engine_stores_it(engine: EngineProcess,
     assert [n.status for n in client.store.node_views()] == [NodeStatus.EXITED]
     # the engine's own store mirrored everything to disk; the replica wrote nothing there
     assert "line 4999" in (tmp_path / "lines.log").read_text()
+    # the chart the engine builds is the one the replica's series make
+    rows, plotted = client.chart("loss", True, 60, 20)
+    assert (rows, plotted) == chart_rows("loss", True, [0, 1], client.store.series, 60, 20)
+    assert plotted == {0: 104}  # 500 points (the metrics are all rank 0's), 2 per column
+    assert {code for row in rows[1:-2] for _, code in row if code >= 0} == {0}
     assert engine.process.poll() is None
 
 
@@ -185,6 +191,8 @@ def test_an_engine_that_dies_leaves_a_lost_run_not_a_hung_dashboard(tmp_path: Pa
     assert "ddptui attach scripted" in info.message
     with pytest.raises(EngineError):
         client.detach()
+    with pytest.raises(EngineError):  # the dashboard then builds the chart itself
+        client.chart("loss", False, 60, 20)
     client.close()
 
 

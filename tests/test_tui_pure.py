@@ -7,9 +7,9 @@ from pathlib import Path
 
 from rich.style import Style
 
+from ddptui.downsample import BLOCKS, downsample, sparkline
 from ddptui.events import Level, LogLine, NodeStatus, Source
 from ddptui.store import NodeView, RankView
-from ddptui.tui.downsample import BLOCKS, downsample, sparkline
 from ddptui.tui.health import assess
 from ddptui.tui.log_view import LineStyler
 from ddptui.tui.node_rows import age, build_rows, rank_span, rate
@@ -88,7 +88,8 @@ def test_downsample_keeps_extremes_and_bounds() -> None:
     ys = [float(i % 100) for i in xs]
     ys[5000] = 1e6
     dx, dy = downsample(xs, ys, 50)
-    assert len(dx) <= 100 and 1e6 in dy and dx == sorted(dx)
+    assert len(dx) <= 102 and 1e6 in dy and dx == sorted(dx)
+    assert (dx[0], dx[-1]) == (0, 9999)  # the axis spans the whole series
     assert downsample([1, 2], [3.0, 4.0], 50) == ([1, 2], [3.0, 4.0])
 
 
@@ -142,7 +143,7 @@ def test_line_file_reads_by_line_and_grows(tmp_path: Path) -> None:
 
 
 def test_braille_plot_draws_inside_its_box() -> None:
-    from ddptui.tui.braille import plot, tick_label
+    from ddptui.braille import plot, tick_label
 
     frame = plot([([0, 5, 10], [1.0, 5.0, 2.0]), ([0, 10], [3.0, 3.0])], 10, 4)
     assert frame is not None
@@ -154,6 +155,29 @@ def test_braille_plot_draws_inside_its_box() -> None:
     log_frame = plot([([1, 2], [0.01, 100.0])], 10, 4, log_y=True)
     assert log_frame is not None and log_frame.y_range == (-2.0, 2.0)
     assert tick_label(2.0, True) == "100" and tick_label(0.5, False) == "0.5"
+
+
+def test_chart_rows_are_runs_of_one_style_each_as_wide_as_the_pane() -> None:
+    from ddptui.chart import BOLD, DIM, PLAIN, Y_LABEL, chart_rows
+
+    def series(rank: int, name: str) -> tuple[list[int], list[float]]:
+        return ([], []) if rank == 2 else (list(range(100)), [float(rank + i % 7) for i in
+                                                               range(100)])
+
+    rows, plotted = chart_rows("loss", False, [0, 1, 2], series, 40, 12)
+    assert plotted == {0: 65, 1: 65}  # per plot column a min and a max (32), and the last
+    assert rows[0] == [("loss by step ", BOLD), ("r0 ", 0), ("r1 ", 1)]
+    assert len(rows) == 12
+    for row in rows[1:-2]:  # the plot: a label, then the cells
+        assert sum(len(text) for text, _ in row) == 40
+        assert row[0][1] == DIM and len(row[0][0]) == Y_LABEL + 1
+        codes = [code for _, code in row[1:]]
+        assert all(a != b for a, b in zip(codes, codes[1:], strict=False))  # runs are merged
+        assert set(codes) <= {PLAIN, 0, 1}
+    assert rows[-2] == [(" " * Y_LABEL + "└" + "─" * 32, DIM)]
+    assert rows[-1][0][0].split() == ["0", "99"]
+    empty, none = chart_rows("loss", False, [2], series, 40, 12)
+    assert none == {} and empty[1] == [(" " * Y_LABEL + " no points yet", DIM)]
 
 
 def test_chart_strips_fit_the_width() -> None:

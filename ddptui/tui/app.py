@@ -24,7 +24,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Input
 
-from ddptui.engine_process import Spare, attach_run, new_run
+from ddptui.chart import chart_rows
+from ddptui.engine_process import EngineError, Spare, attach_run, new_run
 from ddptui.events import Failure, Level, LogLine, NodeStatus
 from ddptui.store import NodeView, RunInfo, Store
 from ddptui.tui.confirm_screen import ConfirmScreen
@@ -32,7 +33,7 @@ from ddptui.tui.health import STALL_AFTER_S, STRAGGLER_FRACTION, assess
 from ddptui.tui.help_screen import HelpScreen
 from ddptui.tui.log_status import LogState, LogStatus
 from ddptui.tui.log_view import MAX_LINES, LogView
-from ddptui.tui.metrics_pane import MetricsPane, chart_strips, metric_cycle
+from ddptui.tui.metrics_pane import MetricsPane, metric_cycle, strips
 from ddptui.tui.node_rows import Row, build_rows
 from ddptui.tui.nodes_table import NodesTable
 from ddptui.tui.quit_screen import QuitChoice, QuitScreen
@@ -59,7 +60,11 @@ FLOOD_EVERY_S = 0.5
 
 
 class ControllerLike(Protocol):
-    """What the app needs of :class:`ddptui.controller.Controller` (tests pass stand-ins)."""
+    """What the app needs of :class:`ddptui.controller.Controller` (tests pass stand-ins).
+
+    One in another process (:class:`ddptui.engine_process.EngineClient`) also builds the
+    chart, with ``chart(metric, log_y, width, height)``; the app builds it for one without.
+    """
 
     store: Store
     run_id: str
@@ -343,12 +348,22 @@ class DashboardApp(App[int]):
     @work(thread=True, exclusive=True, group="chart")
     def _draw_chart(self, store: Store, metric: str, log_y: bool, width: int, height: int
                     ) -> None:
-        """Off the loop: building a chart of 16 ranks is tens of ms of Python."""
-        ranks = [r.rank for r in store.rank_views()]
-        rows, plotted = chart_strips(metric, log_y, ranks, store.series, width, height)
+        """Off the loop, and where the series are: building a chart of 16 ranks is 10-40 ms
+        of Python, which in this process would be taken from the keys. An engine builds it
+        (it has the series too); an in-process controller, or an engine that is gone or slow
+        to answer, has it built here."""
+        build = getattr(self.controller, "chart", None)
+        built = None
+        if build is not None:
+            with contextlib.suppress(EngineError, TimeoutError):
+                built = build(metric, log_y, width, height)
+        if built is None:
+            ranks = [r.rank for r in store.rank_views()]
+            built = chart_rows(metric, log_y, ranks, store.series, width, height)
+        rows, plotted = built
         if store is self.store:
             with contextlib.suppress(RuntimeError):  # the app closed meanwhile
-                self.call_from_thread(self.chart.show, rows, plotted)
+                self.call_from_thread(self.chart.show, strips(rows), plotted)
 
     def _drain_lines(self, log: LogView) -> None:
         before = self.cursor

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ddptui.downsample import sparkline
 from ddptui.events import NodeStatus
 from ddptui.store import NodeView, RankView
-from ddptui.tui.downsample import sparkline
 from ddptui.tui.health import RankHealth
 
 COLUMNS = ("Node", "#", "Ranks", "State", "PID", "Rst", "Exit", "Last", "Rate", "Loss")

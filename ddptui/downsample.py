@@ -10,7 +10,8 @@ BLOCKS = "▁▂▃▄▅▆▇█"
 def downsample(
     xs: Sequence[float], ys: Sequence[float], buckets: int
 ) -> tuple[list[float], list[float]]:
-    """At most ``2 * buckets`` points; each bucket keeps its min and its max, so spikes survive."""
+    """At most ``2 * buckets + 2`` points; each bucket keeps its min and its max, so spikes
+    survive, and the first and last points stay, so the x axis spans the whole series."""
     n = len(ys)
     if buckets <= 0 or n <= 2 * buckets:
         return list(xs), list(ys)
@@ -22,13 +23,14 @@ def downsample(
         if hi <= lo:
             continue
         seg = ys[lo:hi]  # slices, min, max and index run in C: this is called per redraw
-        mn, mx = min(seg), max(seg)
-        i_min, i_max = lo + seg.index(mn), lo + seg.index(mx)
-        for i in (i_min, i_max) if i_min < i_max else (i_max, i_min):
+        picks = {lo + seg.index(min(seg)), lo + seg.index(max(seg))}
+        if b == 0:
+            picks.add(0)
+        if b == buckets - 1:
+            picks.add(n - 1)
+        for i in sorted(picks):
             out_x.append(xs[i])
             out_y.append(ys[i])
-            if i_min == i_max:
-                break
     return out_x, out_y
 
 

@@ -651,6 +651,60 @@ async def test_log_scrollbar_repaints_only_when_its_thumb_moves() -> None:
 
 
 @sync
+async def test_a_longer_log_or_a_wider_column_lays_out_nothing_else() -> None:
+    """Textual lays out the whole screen for any new virtual size: 15-40 ms under a flood.
+    A write that only lengthens a log whose scrollbar shows, or a column that widens inside
+    the pane, changes nothing else on screen and must not; the scrollbar still follows."""
+    from textual.app import App, ComposeResult
+
+    from ddptui.tui.node_rows import COLUMNS, Row
+    from ddptui.tui.nodes_table import NodesTable
+
+    class Two(App[None]):
+        def compose(self) -> ComposeResult:
+            yield NodesTable()
+            yield LogView()
+
+    def rows(age: str) -> list[Row]:
+        return [Row(f"n{i}", (f"node{i}", str(i), "0-1", "running", "4242", "0", "-", age,
+                              "1.2k", "0.5"), "") for i in range(2)]
+
+    app = Two()
+    async with app.run_test(size=(100, 20)) as pilot:
+        log, table = app.query_one(LogView), app.query_one(NodesTable)
+        table.show_rows(rows("9s"))
+        log.append([f"line {i}" for i in range(100)])
+        await pilot.pause()
+        log.scroll_end(animate=False, immediate=True)  # the table's rows took two lines
+        await pilot.pause()
+        assert log.is_vertical_scroll_end and log.max_scroll_y > 0
+        layouts: list[int] = []
+        screen = app.screen
+        real = screen._refresh_layout
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            layouts.append(1)
+            return real(*args, **kwargs)
+
+        screen._refresh_layout = counted  # type: ignore[method-assign]
+        narrow = table.virtual_size.width
+        log.append([f"more {i}" for i in range(50)])
+        table.show_rows(rows("10m 9s"))  # "Last" widens from its header (4 cells) to 6
+        await pilot.pause()
+        assert layouts == []
+        assert log.virtual_size.height == 150
+        assert log.vertical_scrollbar.window_virtual_size == 150
+        assert log.scroll_y == log.max_scroll_y  # still following, at the new end
+        assert table.virtual_size.width == narrow + 2
+        header = "".join(seg.text for seg in table.render_line(0))
+        assert header.split() == list(COLUMNS)
+        assert "10m 9s" in "".join(seg.text for seg in table.render_line(1))
+        log.set_lines(["just one"])  # shorter than the pane: laid out as before
+        await pilot.pause()
+        assert layouts and log.max_scroll_y == 0 and log.scroll_y == 0
+
+
+@sync
 async def test_toasts_show_what_the_nodes_said_as_written() -> None:
     from textual.widgets._toast import Toast
 

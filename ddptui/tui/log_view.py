@@ -16,9 +16,9 @@ from rich.segment import Segment
 from rich.style import Style
 from textual.binding import Binding
 from textual.events import MouseScrollUp
-from textual.geometry import Offset, Region
+from textual.geometry import Offset, Region, Size
 from textual.message import Message
-from textual.reactive import reactive, var
+from textual.reactive import Reactive, reactive, var
 from textual.scrollbar import ScrollBar
 from textual.strip import Strip
 from textual.widgets import Log
@@ -123,6 +123,11 @@ class LogView(Log):
         Binding("home", "older", "Top / older lines", show=False),
     ]
 
+    #: Textual lays out the whole screen whenever a widget's virtual size changes, so each
+    #: write did so until the log was full: 15-40 ms under a flood, twice a second, just when
+    #: a run starts. Yet a write only makes it longer, and once it is longer than the pane
+    #: nothing else on screen moves (see :meth:`watch_virtual_size`).
+    virtual_size: Reactive[Size] = Reactive(Size(0, 0), layout=False)
     follow: reactive[bool] = reactive(True, init=False, repaint=False)  # the status line shows it
     wrap: reactive[bool] = reactive(False, init=False)
     pending: var[int] = var(0)  # lines that arrived while paused
@@ -147,6 +152,16 @@ class LogView(Log):
     @property
     def vertical_scrollbar(self) -> ScrollBar:
         return quiet_scrollbar(self)
+
+    def watch_virtual_size(self, old: Size, new: Size) -> None:
+        """Lengthened past the pane before and after: only the scrollbar's window and the
+        scroll range change. Anything else (the first lines, a clear, a resize) is laid out,
+        as Textual would."""
+        height = self.container_size.height
+        if 0 < height < min(old.height, new.height) and old.width == new.width:
+            self._scroll_update(new)
+        else:
+            self.refresh(layout=True)
 
     @classmethod
     def _process_line(cls, line: str) -> str:

@@ -120,9 +120,18 @@ class NodesTable(ScrollView, can_focus=True):
                     self._strips.pop((i, False), None)
                     self._strips.pop((i, True), None)
         size = Size(sum(widths) + 2 * PAD * len(widths), len(rows) + 1)
-        if size != self.virtual_size:
-            self.virtual_size = size
-            self.refresh(layout=True)
+        was = self.virtual_size
+        if size != was:
+            if size.height == was.height and (
+                    max(size.width, was.width) <= self.scrollable_content_region.width):
+                # A column grew or shrank (an age from "9s" to "10s") inside the pane: nothing
+                # else on screen moves, so no layout of the whole screen, which is Textual's
+                # answer to a new virtual size (5-20 ms, under a flood, in the keys' way).
+                self.set_reactive(NodesTable.virtual_size, size)
+                self._scroll_update(size)
+            else:
+                self.virtual_size = size
+                self.refresh(layout=True)
         if self.cursor_row >= len(rows):
             self.cursor_row = max(0, len(rows) - 1)
         self.refresh()

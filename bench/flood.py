@@ -3,8 +3,9 @@
 It stands in for the controller, with the same surface, and does what the node followers do:
 raw torchrun output (one line prefix per rank, plus one ``@ddptui`` metric record per rank per
 batch) goes through the real parser into a real store with its disk mirror. ``launch`` starts
-the flood at ``rate`` lines/s. ``stop`` ends that measured phase: the flood then goes flat out
-until ``total`` lines, and the run is done. ``detach`` stops the flood where it is.
+the flood at ``rate`` lines/s; while the file ``hold`` exists, the run stays up and quiet (the
+bench's idle blocks). ``stop`` ends the measured phase: the flood then goes flat out until
+``total`` lines, and the run is done. ``detach`` stops the flood where it is.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ RANKS_PER_NODE = 8
 
 
 class FloodRun:
-    def __init__(self, ranks: int, rate: float, total: int) -> None:
-        self.ranks, self.rate, self.total = ranks, rate, total
+    def __init__(self, ranks: int, rate: float, total: int, hold: Path | None = None) -> None:
+        self.ranks, self.rate, self.total, self.hold = ranks, rate, total, hold
         self.run_id = "bench"
         self.config = None
         self.local_dir = Path(tempfile.mkdtemp(prefix="ddptui-bench-"))
@@ -62,9 +63,13 @@ class FloodRun:
         store, n, step = self.store, 0, 0
         parsers = [NodeLogParser(name) for name in self.nodes]
         per_node = len(self.nodes)
-        started = time.perf_counter()
+        started, paced = time.perf_counter(), 0
         while n < self.total and not self._halt.is_set():
             flat = self._flat_out.is_set()
+            if not flat and self.hold is not None and self.hold.exists():
+                time.sleep(BATCH_S)
+                started, paced = time.perf_counter(), n  # after the hold, at rate again
+                continue
             per_batch = 5000 if flat else int(self.rate * BATCH_S)
             now = time.time()
             step += 1
@@ -84,7 +89,7 @@ class FloodRun:
                 data = "".join(lines).encode()
                 store.apply(parse_chunk(parser, data, now), {name: n})
             if not flat:
-                ahead = started + n / self.rate - time.perf_counter()
+                ahead = started + (n - paced) / self.rate - time.perf_counter()
                 if ahead > 0:
                     time.sleep(ahead)
         if self._halt.is_set():
@@ -95,5 +100,5 @@ class FloodRun:
         self._done.set()
 
 
-def flood_run(ranks: int, rate: float, total: int) -> FloodRun:
-    return FloodRun(ranks, rate, total)
+def flood_run(ranks: int, rate: float, total: int, hold: Path | None = None) -> FloodRun:
+    return FloodRun(ranks, rate, total, hold)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -172,7 +173,7 @@ def test_chart_rows_are_runs_of_one_style_each_as_wide_as_the_pane() -> None:
         assert sum(len(text) for text, _ in row) == 40
         assert row[0][1] == DIM and len(row[0][0]) == Y_LABEL + 1
         codes = [code for _, code in row[1:]]
-        assert all(a != b for a, b in zip(codes, codes[1:], strict=False))  # runs are merged
+        assert all(a != b for a, b in itertools.pairwise(codes))  # runs are merged
         assert set(codes) <= {PLAIN, 0, 1}
     assert rows[-2] == [(" " * Y_LABEL + "└" + "─" * 32, DIM)]
     assert rows[-1][0][0].split() == ["0", "99"]

@@ -21,7 +21,7 @@ from ddptui.config import NodeConfig, SSHOptions
 from ddptui.transport.base import TransportError
 from ddptui.transport.factory import make_transport
 from ddptui.transport.local import LocalTransport
-from ddptui.transport.ssh import SSHTransport, connect_all
+from ddptui.transport.ssh import SSHTransport
 
 
 @pytest.fixture(autouse=True)
@@ -412,7 +412,11 @@ def test_dead_node(cluster_factory: ClusterFactory) -> None:
 
 
 @pytest.mark.cluster
-def test_connect_all_concurrently(cluster2: Cluster) -> None:
+def test_nodes_connect_at_once(cluster2: Cluster) -> None:
+    """As the controller connects them (``_each``): N nodes cost what the slowest one does,
+    and a dead one is its own error, not the others'."""
+    from ddptui.controller import _each
+
     opts = _opts(cluster2, connect_timeout=1.5)
     good = [SSHTransport(NodeConfig(name=h.name, host=h.name), opts) for h in cluster2.hosts]
     # Three dead addresses, 1.5 s each: one after another that is 4.5 s, together 1.5 s.
@@ -420,7 +424,8 @@ def test_connect_all_concurrently(cluster2: Cluster) -> None:
         SSHTransport(NodeConfig(name=f"ghost{i}", host=cluster2.free_ip(i)), opts) for i in range(3)
     ]
     start = time.monotonic()
-    res = connect_all([*good, *ghosts])
+    every = [*good, *ghosts]
+    res = dict(zip([t.node for t in every], _each(every, lambda t: t.connect()), strict=True))
     elapsed = time.monotonic() - start
     try:
         assert res["node1"] is None and res["node2"] is None
@@ -433,7 +438,6 @@ def test_connect_all_concurrently(cluster2: Cluster) -> None:
     finally:
         for t in [*good, *ghosts]:
             t.close()
-    assert connect_all([]) == {}
 
 
 # -- local -----------------------------------------------------------------------------------

@@ -30,7 +30,6 @@ import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from hashlib import sha1
 from pathlib import Path
@@ -38,7 +37,7 @@ from pathlib import Path
 import paramiko
 
 from ddptui.config import NodeConfig, SSHOptions
-from ddptui.transport.base import CommandResult, Transport, TransportError
+from ddptui.transport.base import CommandResult, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -659,32 +658,6 @@ class SSHTransport:
 
     def __repr__(self) -> str:
         return f"SSHTransport({self.node!r}, {self._cfg.host!r})"
-
-
-def connect_all(
-    transports: Sequence[Transport], timeout: float | None = None
-) -> dict[str, TransportError | None]:
-    """Connect every transport at once, so N nodes cost about what the slowest one does.
-
-    Returns node name -> None (connected) or the TransportError; never raises for one node.
-    """
-    results: dict[str, TransportError | None] = {}
-    if not transports:
-        return results
-    with ThreadPoolExecutor(max_workers=min(32, len(transports))) as pool:
-        futures = {
-            t.node: pool.submit(t.connect) if timeout is None else pool.submit(t.connect, timeout)
-            for t in transports
-        }
-        for name, fut in futures.items():
-            try:
-                fut.result()
-                results[name] = None
-            except TransportError as exc:
-                results[name] = exc
-            except Exception as exc:  # a bug or an odd server: still one line for that node
-                results[name] = TransportError(name, f"{name}: connect failed: {exc!r}")
-    return results
 
 
 # -- helpers ---------------------------------------------------------------------------------

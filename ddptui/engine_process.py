@@ -162,7 +162,8 @@ class _Engine:
         if op == "chart":
             store = self.ctl.store
             ranks = [r.rank for r in store.rank_views()]
-            return chart_rows(*args[:2], ranks, store.series, *args[2:])
+            metric, log_y, width, height = args
+            return chart_rows(metric, log_y, ranks, store.series, width, height)
         raise ValueError(f"unknown engine call {op!r}")
 
     def _send_changes(self) -> None:

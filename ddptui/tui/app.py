@@ -678,11 +678,12 @@ class DashboardApp(App[int]):
         self.log_view.follow = True
         self.tick()
 
-    def _targets(self, kind: ViewKind) -> list[Any]:
+    def _targets(self, kind: ViewKind) -> list[ViewSpec]:
+        """A view per rank, or per node, that the run has so far."""
         if kind is ViewKind.RANK:
-            return [r.rank for r in self.store.rank_views()]
+            return [ViewSpec(kind, rank=r.rank) for r in self.store.rank_views()]
         if kind is ViewKind.NODE:
-            return [n.name for n in self.store.node_views()]
+            return [ViewSpec(kind, node=n.name) for n in self.store.node_views()]
         return []
 
     def action_next_view(self) -> None:
@@ -693,10 +694,7 @@ class DashboardApp(App[int]):
                 targets = self._targets(kind)
                 if not targets:
                     continue
-                current = self.view.rank if kind is ViewKind.RANK else self.view.node
-                target = current if current in targets else targets[0]
-                self.set_view(ViewSpec(kind, rank=target) if kind is ViewKind.RANK
-                              else ViewSpec(kind, node=target))
+                self.set_view(self.view if self.view in targets else targets[0])
             else:
                 self.set_view(ViewSpec(kind))
             return
@@ -708,11 +706,8 @@ class DashboardApp(App[int]):
         targets = self._targets(kind)
         if not targets:
             return
-        current = self.view.rank if kind is ViewKind.RANK else self.view.node
-        i = targets.index(current) + step if current in targets else 0
-        target = targets[i % len(targets)]
-        self.set_view(ViewSpec(kind, rank=target) if kind is ViewKind.RANK
-                      else ViewSpec(kind, node=target))
+        i = targets.index(self.view) + step if self.view in targets else 0
+        self.set_view(targets[i % len(targets)])
 
     def on_nodes_table_row_selected(self, event: NodesTable.RowSelected) -> None:
         key = event.key
@@ -897,13 +892,8 @@ class DashboardApp(App[int]):
             spec = ViewSpec(kind)
             yield SystemCommand(f"View: {spec.label}", "log view",
                                 lambda s=spec: self.set_view(s))
-        for rank in self._targets(ViewKind.RANK):
-            spec = ViewSpec(ViewKind.RANK, rank=rank)
-            yield SystemCommand(f"View: rank {rank}", "log view",
-                                lambda s=spec: self.set_view(s))
-        for node in self._targets(ViewKind.NODE):
-            spec = ViewSpec(ViewKind.NODE, node=node)
-            yield SystemCommand(f"View: node {node}", "log view",
+        for spec in self._targets(ViewKind.RANK) + self._targets(ViewKind.NODE):
+            yield SystemCommand(f"View: {spec.label}", "log view",
                                 lambda s=spec: self.set_view(s))
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import torch
-from torch.utils.data import DistributedSampler
+from torch.utils.data import Dataset, DistributedSampler
 
 VOCAB = 256  # bytes: character-level for ASCII text, and no vocabulary to agree on
 
@@ -94,8 +95,10 @@ class Shards:
         return self.windows // self.world_size // self.batch_size
 
     def batches(self, epoch: int) -> list[list[int]]:
-        sampler = DistributedSampler(
-            range(self.windows), num_replicas=self.world_size, rank=self.rank,
+        # the sampler only needs the length: window indices stand in for a dataset
+        windows = cast("Dataset[int]", range(self.windows))
+        sampler: DistributedSampler[int] = DistributedSampler(
+            windows, num_replicas=self.world_size, rank=self.rank,
             shuffle=self.shuffle, seed=self.seed, drop_last=True,
         )
         sampler.set_epoch(epoch)

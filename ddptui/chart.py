@@ -10,9 +10,13 @@ imports Textual, which the engine does not load.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ddptui.braille import plot, tick_label
 from ddptui.downsample import downsample
+
+if TYPE_CHECKING:
+    from ddptui.store import Store
 
 Y_LABEL = 7
 #: A run's style: a series index (0 and up, the widget picks its colour), or one of these.
@@ -62,3 +66,10 @@ def chart_rows(metric: str, log_y: bool, ranks: Sequence[int], series: SeriesFn,
     gap = max(1, plot_w - len(left) - len(right))
     rows.append([(f"{'':{Y_LABEL}} {left}{' ' * gap}{right}", DIM)])
     return rows, plotted
+
+
+def store_chart(store: Store, metric: str, log_y: bool, width: int, height: int
+                ) -> tuple[list[list[Run]], dict[int, int]]:
+    """The chart of every rank ``store`` knows: the engine's, or the dashboard's replica's."""
+    ranks = [r.rank for r in store.rank_views()]
+    return chart_rows(metric, log_y, ranks, store.series, width, height)

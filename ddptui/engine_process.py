@@ -27,7 +27,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from ddptui.chart import Run, chart_rows
+from ddptui.chart import Run, store_chart
 from ddptui.feed import (
     Backlog,
     apply_change,
@@ -160,10 +160,8 @@ class _Engine:
         if op in ("launch", "stop", "detach"):
             return getattr(self.ctl, op)(*args)
         if op == "chart":
-            store = self.ctl.store
-            ranks = [r.rank for r in store.rank_views()]
             metric, log_y, width, height = args
-            return chart_rows(metric, log_y, ranks, store.series, width, height)
+            return store_chart(self.ctl.store, metric, log_y, width, height)
         raise ValueError(f"unknown engine call {op!r}")
 
     def _send_changes(self) -> None:

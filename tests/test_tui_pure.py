@@ -182,12 +182,14 @@ def test_chart_rows_are_runs_of_one_style_each_as_wide_as_the_pane() -> None:
 
 
 def test_chart_strips_fit_the_width() -> None:
-    from ddptui.tui.metrics_pane import chart_strips, metric_cycle
+    from ddptui.chart import chart_rows
+    from ddptui.tui.metrics_pane import metric_cycle, strips
 
     def series(rank: int, name: str) -> tuple[list[int], list[float]]:
         return list(range(500)), [5.0 / (1 + i + rank) for i in range(500)]
 
-    rows, plotted = chart_strips("loss", False, [0, 1], series, 60, 20)
+    runs, plotted = chart_rows("loss", False, [0, 1], series, 60, 20)
+    rows = strips(runs)
     assert set(plotted) == {0, 1} and all(0 < n <= 4 * 52 for n in plotted.values())
     assert len(rows) == 20 and all(r.cell_length <= 60 for r in rows)
     assert metric_cycle(["zeta", "loss", "eval_loss"]) == ["loss", "eval_loss", "zeta"]

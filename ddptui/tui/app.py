@@ -24,7 +24,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Input
 
-from ddptui.chart import chart_rows
+from ddptui.chart import store_chart
 from ddptui.engine_process import EngineError, Spare, attach_run, new_run
 from ddptui.events import Failure, Level, LogLine, NodeStatus
 from ddptui.store import NodeView, RunInfo, Store
@@ -358,8 +358,7 @@ class DashboardApp(App[int]):
             with contextlib.suppress(EngineError, TimeoutError):
                 built = build(metric, log_y, width, height)
         if built is None:
-            ranks = [r.rank for r in store.rank_views()]
-            built = chart_rows(metric, log_y, ranks, store.series, width, height)
+            built = store_chart(store, metric, log_y, width, height)
         rows, plotted = built
         if store is self.store:
             with contextlib.suppress(RuntimeError):  # the app closed meanwhile

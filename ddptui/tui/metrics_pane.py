@@ -16,7 +16,7 @@ from textual.reactive import reactive
 from textual.strip import Strip
 from textual.widget import Widget
 
-from ddptui.chart import BOLD, DIM, PLAIN, Run, SeriesFn, chart_rows
+from ddptui.chart import BOLD, DIM, PLAIN, Run
 
 #: The metrics `c` cycles through, in order; others the run reports follow them.
 PREFERRED = ("loss", "eval_loss", "samples_per_s", "tokens_per_s", "step_time_s", "grad_norm",
@@ -58,16 +58,6 @@ class MetricsPane(Widget):
             return Strip.blank(self.content_size.width)
         return rows[y]
 
-    def draw(self, ranks: Sequence[int], series: SeriesFn) -> None:
-        """Compute and show the chart now (tests, and callers already off the loop)."""
-        self.show(*self.compute(ranks, series))
-
-    def compute(self, ranks: Sequence[int], series: SeriesFn
-                ) -> tuple[list[Strip], dict[int, int]]:
-        """The chart's strips: safe to call from a thread (reads only the store and sizes)."""
-        width, height = self.content_size
-        return chart_strips(self.metric, self.log_scale, ranks, series, width, height)
-
     def show(self, rows: list[Strip], plotted: dict[int, int]) -> None:
         width = self.content_size.width  # cut and measured once here, not on every paint
         self._rows = [row.crop_extend(0, width, None) for row in rows]
@@ -80,10 +70,3 @@ def strips(rows: list[list[Run]]) -> list[Strip]:
     """Strips built directly from segments (no Text to re-measure on every paint)."""
     return [Strip([Segment(text, _STYLES[code] if code < 0 else _SERIES[code % len(_SERIES)])
                    for text, code in row]) for row in rows]
-
-
-def chart_strips(metric: str, log_y: bool, ranks: Sequence[int], series: SeriesFn,
-                 width: int, height: int) -> tuple[list[Strip], dict[int, int]]:
-    """The chart built here, from ``series``, and how many points each rank got."""
-    rows, plotted = chart_rows(metric, log_y, ranks, series, width, height)
-    return strips(rows), plotted

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ddptui.events import NodeLogParser, NodeState, NodeStatus
-from ddptui.follow import parse_chunk
-from ddptui.store import Store
+from ddptui.launch.follow import parse_chunk
+from ddptui.store.store import Store
 
 BATCH_S = 0.02
 RANKS_PER_NODE = 8

@@ -1,7 +1,7 @@
 """Key-press-to-repaint latency of the dashboard under a log flood, and memory after 5M lines.
 
 One command: ``python bench/ui_latency.py``. The dashboard runs as it does for a real run:
-its controller lives in an engine process (``ddptui.engine_process``), and the dashboard pumps
+its controller lives in an engine process (``ddptui.engine.process``), and the dashboard pumps
 the engine's changes into its replica store on its timer. The engine here runs
 ``bench/flood.py``, which does what the node followers do: raw torchrun output from 16 ranks
 at 50,000 lines/s, plus one metric line per rank per batch, through the real parser into a
@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from flood import flood_run
 
-from ddptui.engine_process import EngineClient, EngineProcess
+from ddptui.engine.process import EngineClient, EngineProcess
 from ddptui.tui.app import DashboardApp
 
 RANKS = 16

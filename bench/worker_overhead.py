@@ -31,13 +31,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ddptui.worker import optim
-from ddptui.worker.cli import parse_args
-from ddptui.worker.data import VOCAB
-from ddptui.worker.devices import Env
-from ddptui.worker.metrics import Emitter
-from ddptui.worker.model import CharLM, lm_loss
-from ddptui.worker.train import Run
+from ddptui_worker import optim
+from ddptui_worker.cli import parse_args
+from ddptui_worker.data import VOCAB
+from ddptui_worker.devices import Env
+from ddptui_worker.metrics import Emitter
+from ddptui_worker.model import CharLM, lm_loss
+from ddptui_worker.train import Run
 
 WORLD = 2
 TARGET = 1.05

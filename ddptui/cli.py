@@ -95,10 +95,10 @@ def _load(path: Path) -> HostsConfig | None:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    from ddptui.controller import Controller, LaunchError
+    from ddptui.launch.controller import Controller, LaunchError
 
     if args.command == "logs":
-        from ddptui.logs import show_logs
+        from ddptui.faces.logs import show_logs
 
         return show_logs(args.state_dir, args.run_id, rank=args.rank, node=args.node)
     if args.command in ("dashboard", "run") and not getattr(args, "headless", False):
@@ -128,7 +128,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(f"ddptui: node {node}: {state}")
         return 0 if report.clean else 1
 
-    from ddptui.headless import Printer, run_headless
+    from ddptui.faces.headless import Printer, run_headless
 
     if args.command == "attach":
         try:
@@ -161,7 +161,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from ddptui.controller import LaunchError, probe_nodes
+    from ddptui.launch.controller import LaunchError, probe_nodes
 
     cfg = _load(args.hosts)
     if cfg is None:

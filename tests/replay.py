@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ddptui.events import Event, NodeLogParser, NodeState, NodeStatus
-from ddptui.store import Store
+from ddptui.store.store import Store
 
 T0 = 1_700_000_000.0
 

@@ -816,7 +816,7 @@ def test_fuzz_schema_shaped_documents(doc: dict[str, object]) -> None:
     else:
         assert cfg.nodes
         assert len({n.name for n in cfg.nodes}) == len(cfg.nodes)
-        from ddptui.plan import make_plan
+        from ddptui.launch.plan import make_plan
 
         plan = make_plan(cfg, "r", workdirs={n.name: "/w" for n in cfg.nodes}, rdzv_host="h")
         assert len(plan.nodes) == len(cfg.nodes)

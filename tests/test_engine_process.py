@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from ddptui.chart import chart_rows
-from ddptui.controller import LaunchError
-from ddptui.engine_process import EngineClient, EngineError, EngineProcess, Spare
+from ddptui.chart.rows import chart_rows
+from ddptui.engine.process import EngineClient, EngineError, EngineProcess, Spare
 from ddptui.events import LogLine, Metric, NodeState, NodeStatus
-from ddptui.store import Store
+from ddptui.launch.controller import LaunchError
+from ddptui.store.store import Store
 
 pytestmark = pytest.mark.timeout(120)
 T0 = 1_700_000_000.0
@@ -203,7 +203,7 @@ def test_a_dashboard_that_dies_leaves_the_run_to_be_attached(tmp_path: Path) -> 
     script = (
         "import sys, time\n"
         f"sys.path[:0] = [{str(here)!r}]\n"
-        "from ddptui.engine_process import EngineProcess\n"
+        "from ddptui.engine.process import EngineProcess\n"
         "from test_engine_process import scripted\n"
         "e = EngineProcess()\n"
         f"c = e.open(scripted, {str(tmp_path)!r}, 0, True)\n"

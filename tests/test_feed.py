@@ -5,6 +5,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ddptui.engine.wire import (
+    Backlog,
+    apply_change,
+    decode,
+    encode,
+    pack_snapshot,
+    split_changes,
+    unpack_snapshot,
+)
 from ddptui.events import (
     Failure,
     Level,
@@ -15,17 +24,8 @@ from ddptui.events import (
     NodeStatus,
     Source,
 )
-from ddptui.feed import (
-    Backlog,
-    apply_change,
-    decode,
-    encode,
-    pack_snapshot,
-    split_changes,
-    unpack_snapshot,
-)
-from ddptui.follow import parse_chunk
-from ddptui.store import Change, Store
+from ddptui.launch.follow import parse_chunk
+from ddptui.store.store import Change, Store
 
 T0 = 1_700_000_000.0
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ddptui.controller import RunResult
 from ddptui.events import Failure, Level, LogLine, Metric, Source
-from ddptui.headless import failure_report, format_line
-from ddptui.store import Store
+from ddptui.faces.headless import failure_report, format_line
+from ddptui.launch.controller import RunResult
+from ddptui.store.store import Store
 
 
 def test_prefixes_name_node_and_rank_or_source() -> None:

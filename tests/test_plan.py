@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from ddptui import events
 from ddptui.config import HostsConfig, JobConfig, NodeConfig, RendezvousConfig, parse_config
-from ddptui.plan import (
+from ddptui.launch.plan import (
     EXIT_NO_RUN_DIR,
     NodeLaunch,
     Plan,
@@ -477,6 +477,6 @@ def test_plan_for_node() -> None:
 
 
 def test_plan_module_does_no_io() -> None:
-    source = (ROOT / "ddptui" / "plan.py").read_text()
+    source = (ROOT / "ddptui" / "launch" / "plan.py").read_text()
     for word in ("open(", "subprocess", "import os", "pathlib", "socket", ".now(", "random"):
         assert word not in source, word

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from ddptui.events import Failure, LogLine, Metric, NodeState, NodeStatus
-from ddptui.store import Store
+from ddptui.store.store import Store
 
 
 def line(rank: int, text: str, node: str = "a") -> LogLine:

@@ -415,7 +415,7 @@ def test_dead_node(cluster_factory: ClusterFactory) -> None:
 def test_nodes_connect_at_once(cluster2: Cluster) -> None:
     """As the controller connects them (``_each``): N nodes cost what the slowest one does,
     and a dead one is its own error, not the others'."""
-    from ddptui.controller import _each
+    from ddptui.launch.controller import _each
 
     opts = _opts(cluster2, connect_timeout=1.5)
     good = [SSHTransport(NodeConfig(name=h.name, host=h.name), opts) for h in cluster2.hosts]

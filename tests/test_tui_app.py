@@ -19,7 +19,7 @@ from replay import T0, scenario
 from textual.command import CommandPalette
 
 from ddptui.events import LogLine, NodeState, NodeStatus
-from ddptui.store import Store
+from ddptui.store.store import Store
 from ddptui.tui.app import DashboardApp
 from ddptui.tui.confirm_screen import ConfirmScreen
 from ddptui.tui.help_screen import HelpScreen

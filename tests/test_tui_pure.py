@@ -8,9 +8,9 @@ from pathlib import Path
 
 from rich.style import Style
 
-from ddptui.downsample import BLOCKS, downsample, sparkline
+from ddptui.chart.downsample import BLOCKS, downsample, sparkline
 from ddptui.events import Level, LogLine, NodeStatus, Source
-from ddptui.store import NodeView, RankView
+from ddptui.store.store import NodeView, RankView
 from ddptui.tui.health import assess
 from ddptui.tui.log_view import LineStyler
 from ddptui.tui.node_rows import age, build_rows, rank_span, rate
@@ -144,7 +144,7 @@ def test_line_file_reads_by_line_and_grows(tmp_path: Path) -> None:
 
 
 def test_braille_plot_draws_inside_its_box() -> None:
-    from ddptui.braille import plot, tick_label
+    from ddptui.chart.braille import plot, tick_label
 
     frame = plot([([0, 5, 10], [1.0, 5.0, 2.0]), ([0, 10], [3.0, 3.0])], 10, 4)
     assert frame is not None
@@ -159,7 +159,7 @@ def test_braille_plot_draws_inside_its_box() -> None:
 
 
 def test_chart_rows_are_runs_of_one_style_each_as_wide_as_the_pane() -> None:
-    from ddptui.chart import BOLD, DIM, PLAIN, Y_LABEL, chart_rows
+    from ddptui.chart.rows import BOLD, DIM, PLAIN, Y_LABEL, chart_rows
 
     def series(rank: int, name: str) -> tuple[list[int], list[float]]:
         return ([], []) if rank == 2 else (list(range(100)), [float(rank + i % 7) for i in
@@ -182,7 +182,7 @@ def test_chart_rows_are_runs_of_one_style_each_as_wide_as_the_pane() -> None:
 
 
 def test_chart_strips_fit_the_width() -> None:
-    from ddptui.chart import chart_rows
+    from ddptui.chart.rows import chart_rows
     from ddptui.tui.metrics_pane import metric_cycle, strips
 
     def series(rank: int, name: str) -> tuple[list[int], list[float]]:

@@ -57,7 +57,7 @@ def _command(worker_args: tuple[str, ...], max_restarts: int) -> tuple[list[str]
         sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
         "--max-restarts", str(max_restarts), "--monitor-interval", "0.5", "--tee", "3",
-        "-m", "ddptui.worker", *worker_args,
+        "-m", "ddptui_worker", *worker_args,
     ]
     return cmd, env
 
@@ -199,7 +199,7 @@ def test_shipped_flat_copy_runs_without_ddptui(tmp_path: Path) -> None:
     """What a node gets: the worker's *.py in <run_dir>/ddptui_worker/, started with -m."""
     pkg = tmp_path / "ddptui_worker"
     pkg.mkdir()
-    for src in (ROOT / "ddptui" / "worker").glob("*.py"):
+    for src in (ROOT / "worker").glob("*.py"):
         (pkg / src.name).write_bytes(src.read_bytes())
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RANK", "WORLD_SIZE")}
     # As `python -m ddptui_worker` from the run dir, but with ddptui made unimportable

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from ddptui_worker import allreduce, data, devices, metrics, optim, snapshot
+from ddptui_worker.cli import UsageError, parse_args
+from ddptui_worker.faults import Faults, InjectedCrash
 
 from ddptui.events import METRIC_MARK, LogLine, Metric, NodeLogParser, parse_metric
-from ddptui.worker import allreduce, data, devices, metrics, optim, snapshot
-from ddptui.worker.cli import UsageError, parse_args
-from ddptui.worker.faults import Faults, InjectedCrash
 
 pytestmark = pytest.mark.timeout(60)
 
-WORKER = Path(__file__).resolve().parent.parent / "ddptui" / "worker"
+WORKER = Path(__file__).resolve().parent.parent / "worker"
 
 
 # -- flags ---------------------------------------------------------------------------------
@@ -77,7 +77,7 @@ def test_cpu_only_and_oversubscribed() -> None:
 
 @pytest.mark.filterwarnings("ignore:CUDA is not available")
 def test_autocast_only_on_gpu() -> None:
-    from ddptui.worker.train import autocast_for
+    from ddptui_worker.train import autocast_for
 
     with autocast_for(torch.device("cpu"))():
         assert not torch.is_autocast_enabled("cpu")
@@ -295,7 +295,7 @@ def one_rank_group() -> Iterator[None]:
 def _final_eval(tmp: Path, attempt: int, *flags: str) -> tuple[list[dict[str, object]], float]:
     import threading
 
-    from ddptui.worker.train import Run
+    from ddptui_worker.train import Run
 
     args = parse_args(["--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--seq-len", "16",
                        "--batch-size", "4", "--corpus-bytes", "20000", "--steps", "12",

@@ -2,7 +2,7 @@
 
 Nothing here runs I/O on the event loop: launch, stop, attach and disk scrollback are thread
 workers; the timer brings the store up to date (the controller runs in an engine process, see
-``ddptui.engine_process``), reads it under a short lock and writes batches to the widgets that
+``ddptui.engine.process``), reads it under a short lock and writes batches to the widgets that
 are on screen.
 """
 
@@ -24,10 +24,10 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Input
 
-from ddptui.chart import store_chart
-from ddptui.engine_process import EngineError, Spare, attach_run, new_run
+from ddptui.chart.rows import store_chart
+from ddptui.engine.process import EngineError, Spare, attach_run, new_run
 from ddptui.events import Failure, Level, LogLine, NodeStatus
-from ddptui.store import NodeView, RunInfo, Store
+from ddptui.store.store import NodeView, RunInfo, Store
 from ddptui.tui.confirm_screen import ConfirmScreen
 from ddptui.tui.health import STALL_AFTER_S, STRAGGLER_FRACTION, assess
 from ddptui.tui.help_screen import HelpScreen
@@ -60,9 +60,9 @@ FLOOD_EVERY_S = 0.5
 
 
 class ControllerLike(Protocol):
-    """What the app needs of :class:`ddptui.controller.Controller` (tests pass stand-ins).
+    """What the app needs of :class:`ddptui.launch.controller.Controller` (tests pass stand-ins).
 
-    One in another process (:class:`ddptui.engine_process.EngineClient`) also builds the
+    One in another process (:class:`ddptui.engine.process.EngineClient`) also builds the
     chart, with ``chart(metric, log_y, width, height)``; the app builds it for one without.
     """
 
@@ -90,7 +90,7 @@ RunLister = Callable[[Path | None], list[Any]]
 
 
 def _real_lister(state_root: Path | None) -> list[Any]:
-    from ddptui.controller import list_runs
+    from ddptui.launch.controller import list_runs
 
     return list_runs(state_root)
 

@@ -6,7 +6,7 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ddptui.store import RankView
+from ddptui.store.store import RankView
 
 #: A rank is a straggler when its step time exceeds the median by this fraction.
 STRAGGLER_FRACTION = 0.25

@@ -1,6 +1,6 @@
 """Per-rank metric curves against step, drawn in braille, downsampled to the width.
 
-The app has the chart built (``ddptui.chart``) at most twice a second and only while the pane
+The app has the chart built (``ddptui.chart.rows``) at most twice a second and only while the pane
 is on screen, by the engine when there is one; the pane colours the runs it gets and keeps how
 many points it drew per rank, so tests can wait on it. (plotext was tried first: one build of
 a 80x46 chart took 100-250 ms on the event loop.)
@@ -16,7 +16,7 @@ from textual.reactive import reactive
 from textual.strip import Strip
 from textual.widget import Widget
 
-from ddptui.chart import BOLD, DIM, PLAIN, Run
+from ddptui.chart.rows import BOLD, DIM, PLAIN, Run
 
 #: The metrics `c` cycles through, in order; others the run reports follow them.
 PREFERRED = ("loss", "eval_loss", "samples_per_s", "tokens_per_s", "step_time_s", "grad_norm",

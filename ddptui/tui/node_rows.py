@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ddptui.downsample import sparkline
+from ddptui.chart.downsample import sparkline
 from ddptui.events import NodeStatus
-from ddptui.store import NodeView, RankView
+from ddptui.store.store import NodeView, RankView
 from ddptui.tui.health import RankHealth
 
 COLUMNS = ("Node", "#", "Ranks", "State", "PID", "Rst", "Exit", "Last", "Rate", "Loss")

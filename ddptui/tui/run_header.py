@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from ddptui.store import RunInfo
+from ddptui.store.store import RunInfo
 
 _STATE_STYLE = {
     "running": "bold green",

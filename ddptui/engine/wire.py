@@ -17,7 +17,7 @@ import threading
 from typing import Any
 
 from ddptui.events import Level, LogLine, Metric, Source
-from ddptui.store import Change, Store
+from ddptui.store.store import Change, Store
 
 _SOURCES = list(Source)
 _LEVELS = list(Level)

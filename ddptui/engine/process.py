@@ -27,8 +27,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from ddptui.chart import Run, store_chart
-from ddptui.feed import (
+from ddptui.chart.rows import Run, store_chart
+from ddptui.engine.wire import (
     Backlog,
     apply_change,
     decode,
@@ -37,7 +37,7 @@ from ddptui.feed import (
     split_changes,
     unpack_snapshot,
 )
-from ddptui.store import Change, Store
+from ddptui.store.store import Change, Store
 
 #: How long one :meth:`EngineClient.pump` may keep the dashboard's event loop: a key waits
 #: at most this long behind it. The dashboard pumps often, so this is not a rate limit.
@@ -59,13 +59,13 @@ class EngineError(Exception):
 # -- targets: what an engine runs (module-level so that they pickle by name) ---------------
 
 def new_run(config: Any, state_root: Path | None) -> Any:
-    from ddptui.controller import Controller
+    from ddptui.launch.controller import Controller
 
     return Controller(config, state_root=state_root)
 
 
 def attach_run(run_id: str, state_root: Path | None) -> Any:
-    from ddptui.controller import Controller
+    from ddptui.launch.controller import Controller
 
     return Controller.attach(run_id, state_root=state_root)
 
@@ -244,7 +244,7 @@ class _Calls:
 
 def _remote_error(kind: str, message: str, problems: list[str] | None) -> Exception:
     if kind == "LaunchError" and problems is not None:
-        from ddptui.controller import LaunchError
+        from ddptui.launch.controller import LaunchError
 
         return LaunchError(problems)
     return EngineError(f"{kind}: {message}")
@@ -266,7 +266,7 @@ class EngineProcess:
         # command line, not into PYTHONPATH, which local nodes' torchrun would inherit.
         path = [p for p in sys.path if p]
         code = f"import sys; sys.path[:0] = {path!r}; " \
-               f"from ddptui.engine_process import main; main{fds}"
+               f"from ddptui.engine.process import main; main{fds}"
         try:
             # A session of its own: the terminal's Ctrl-C and hang-up are the dashboard's.
             # Should the dashboard die, the engine reads EOF, detaches and ends.
@@ -333,7 +333,7 @@ class EngineClient:
 
     def chart(self, metric: str, log_y: bool, width: int, height: int
               ) -> tuple[list[list[Run]], dict[int, int]]:
-        """The chart, built in the engine from its own series (see ``ddptui.chart``); call it
+        """The chart, built in the engine from its own series (see ``ddptui.chart.rows``); call it
         off the event loop. Raises :class:`EngineError` once the engine is gone."""
         built: tuple[list[list[Run]], dict[int, int]] = self.engine.calls.call(
             "chart", metric, log_y, width, height, timeout=CHART_TIMEOUT_S)

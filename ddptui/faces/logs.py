@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ddptui.events import LogLine, Metric, NodeLogParser
-from ddptui.runstate import list_runs, read_run, run_dir, state_root
+from ddptui.store.runs import list_runs, read_run, run_dir, state_root
 
 
 def _age(t: float | None) -> str:
@@ -17,7 +17,7 @@ def _age(t: float | None) -> str:
 
 def show_logs(root: Path | None, run_id: str | None, *, rank: int | None = None,
               node: str | None = None, out: TextIO = sys.stdout) -> int:
-    from ddptui.headless import format_line
+    from ddptui.faces.headless import format_line
 
     base = state_root(root)
     if run_id is None:

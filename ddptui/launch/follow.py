@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from ddptui import nodeops
 from ddptui.events import (
     Event,
     Level,
@@ -28,6 +27,7 @@ from ddptui.events import (
     Source,
     ssh_line,
 )
+from ddptui.launch import nodeops
 from ddptui.transport.base import Transport, TransportError
 
 CHUNK = 1 << 20

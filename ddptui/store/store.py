@@ -3,7 +3,7 @@
 One writer (the controller's consumer thread) calls :meth:`Store.apply` with batches; any
 number of readers (the headless printer, the engine process's sender) read under a short lock.
 A store in another process (the dashboard's) is a replica: built from :meth:`Store.subscribe`'s
-snapshot, then kept up to date with every later change, in order (see ``ddptui.feed``).
+snapshot, then kept up to date with every later change, in order (see ``ddptui.engine.wire``).
 The disk mirror is exactly-once across a killed controller: after each batch it records the
 size of every file it appends to, together with how far into each node's raw log the batch
 reached, in one atomically replaced ``checkpoint.json``. Recovery truncates the files to

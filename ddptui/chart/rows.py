@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ddptui.braille import plot, tick_label
-from ddptui.downsample import downsample
+from ddptui.chart.braille import plot, tick_label
+from ddptui.chart.downsample import downsample
 
 if TYPE_CHECKING:
-    from ddptui.store import Store
+    from ddptui.store.store import Store
 
 Y_LABEL = 7
 #: A run's style: a series index (0 and up, the widget picks its colour), or one of these.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import queue
 import secrets
 import threading
@@ -24,22 +25,22 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ddptui import nodeops
 from ddptui.config import HostsConfig, NodeConfig
 from ddptui.events import Failure, Level, NodeLogParser, NodeState, NodeStatus, ssh_line
-from ddptui.follow import Batch, Finished, NodeFollower, parse_chunk, split_complete
-from ddptui.plan import NodeLaunch, Plan, expand_home, make_plan, new_run_id
-from ddptui.runstate import (
+from ddptui.launch import nodeops
+from ddptui.launch.follow import Batch, Finished, NodeFollower, parse_chunk, split_complete
+from ddptui.launch.plan import NodeLaunch, Plan, expand_home, make_plan, new_run_id
+from ddptui.store.runs import (
     RunSummary,
     list_runs,
     read_run,
     run_dir,
     write_json,
 )
-from ddptui.runstate import (
+from ddptui.store.runs import (
     state_root as resolve_state_root,
 )
-from ddptui.store import Store
+from ddptui.store.store import Store
 from ddptui.transport.base import Transport, TransportError
 from ddptui.transport.factory import make_transport
 
@@ -76,9 +77,13 @@ class StopReport:
 
 
 def worker_files() -> list[Path]:
-    from ddptui import worker
-
-    return sorted(Path(worker.__file__).parent.glob("*.py"))
+    """The bundled worker's sources, found without importing it (its ``__main__`` needs torch,
+    which the controller's own interpreter may not have)."""
+    spec = importlib.util.find_spec(WORKER_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise LaunchError([f"the bundled worker package {WORKER_PACKAGE} is not installed; "
+                           "reinstall ddptui"])
+    return sorted(Path(next(iter(spec.submodule_search_locations))).glob("*.py"))
 
 
 def _each(items: list[T], fn: Callable[[T], Any]) -> list[Any]:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from ddptui.controller import Controller, RunResult
 from ddptui.events import Failure, Level, LogLine, Metric, NodeState, Source, format_metric
-from ddptui.follow import Batch
-from ddptui.store import Store
+from ddptui.launch.controller import Controller, RunResult
+from ddptui.launch.follow import Batch
+from ddptui.store.store import Store
 
 
 def line_prefix(line: LogLine) -> str:

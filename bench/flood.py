@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ddptui.events import NodeLogParser, NodeState, NodeStatus
+from ddptui.events import NodeLogParser, NodeState, NodeStatus, RunStatus
 from ddptui.launch.follow import parse_chunk
 from ddptui.store.store import Store
 
@@ -31,7 +31,7 @@ class FloodRun:
         self.config = None
         self.local_dir = Path(tempfile.mkdtemp(prefix="ddptui-bench-"))
         self.store = Store(self.local_dir)
-        self.store.set_run(run_id=self.run_id, status="running", started_at=time.time(),
+        self.store.set_run(run_id=self.run_id, status=RunStatus.RUNNING, started_at=time.time(),
                            world_size=ranks)
         self.nodes = [f"node{i}" for i in range(max(1, ranks // RANKS_PER_NODE))]
         for i, name in enumerate(self.nodes):
@@ -94,7 +94,7 @@ class FloodRun:
                     time.sleep(ahead)
         if self._halt.is_set():
             return
-        self.store.set_run(status="finished", exit_code=0, ended_at=time.time())
+        self.store.set_run(status=RunStatus.FINISHED, exit_code=0, ended_at=time.time())
         self.store.close()
         self.result = {"lines": n}
         self._done.set()

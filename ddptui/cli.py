@@ -95,7 +95,8 @@ def _load(path: Path) -> HostsConfig | None:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    from ddptui.launch.controller import Controller, LaunchError
+    from ddptui.launch.controller import Controller
+    from ddptui.launch.outcome import LaunchError
 
     if args.command == "logs":
         from ddptui.faces.logs import show_logs
@@ -161,7 +162,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from ddptui.launch.controller import LaunchError, probe_nodes
+    from ddptui.launch.controller import probe_nodes
+    from ddptui.launch.outcome import LaunchError
 
     cfg = _load(args.hosts)
     if cfg is None:

@@ -42,6 +42,42 @@ class NodeStatus(StrEnum):
 _FINISHED = frozenset({NodeStatus.EXITED, NodeStatus.FAILED, NodeStatus.STOPPED})
 
 
+class RunStatus(StrEnum):
+    """A run as a whole, as the header shows it and ``run.json`` records it.
+
+    idle -> launching -> running -> (stopping ->) finished | failed | stopped. A launch
+    that fails goes from launching to failed. ``lost`` is the dashboard's word for a run whose
+    engine died: the run may well go on, and ``ddptui attach`` finds it. ``unknown`` is a
+    ``run.json`` that records no status.
+    """
+
+    IDLE = "idle"
+    LAUNCHING = "launching"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    FINISHED = "finished"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    LOST = "lost"
+    UNKNOWN = "unknown"
+
+    @property
+    def live(self) -> bool:
+        """Something of the run may be going on nodes (so quitting should ask)."""
+        return self in _LIVE_RUN
+
+    @classmethod
+    def read(cls, value: object) -> RunStatus:
+        """A status as ``run.json`` holds it; anything else reads as unknown."""
+        try:
+            return cls(str(value))
+        except ValueError:
+            return cls.UNKNOWN
+
+
+_LIVE_RUN = frozenset({RunStatus.LAUNCHING, RunStatus.RUNNING, RunStatus.STOPPING})
+
+
 class Source(StrEnum):
     WORKER = "worker"
     AGENT = "agent"

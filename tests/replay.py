@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from ddptui.events import Event, NodeLogParser, NodeState, NodeStatus
+from ddptui.events import Event, NodeLogParser, NodeState, NodeStatus, RunStatus
 from ddptui.store.store import Store
 
 T0 = 1_700_000_000.0
@@ -66,7 +66,7 @@ def scenario(name: str, store: Store | None = None, data: Path = DATA) -> Store:
         "restart": [("local-a", "restart-node0.log", 0), ("local-b", "train-node1.log", 0)],
         "nccl": [("local-a", "train-node0.log", 0), ("local-b", "nccl-node1.log", 0)],
     }[name]
-    store.set_run(run_id=f"{name}-run", status="running", started_at=T0, world_size=4)
+    store.set_run(run_id=f"{name}-run", status=RunStatus.RUNNING, started_at=T0, world_size=4)
     for i, (node, fname, offset) in enumerate(files):
         store.add_node(node, i)
         store.apply([NodeState(node, NodeStatus.RUNNING, T0, pid=4100 + i)])
@@ -75,7 +75,7 @@ def scenario(name: str, store: Store | None = None, data: Path = DATA) -> Store:
     if name == "failed":
         store.apply([NodeState("local-a", NodeStatus.FAILED, T0 + 5, exit_code=1),
                      NodeState("local-b", NodeStatus.STOPPED, T0 + 6, exit_code=-15)])
-        store.set_run(status="failed", ended_at=T0 + 6, exit_code=1)
+        store.set_run(status=RunStatus.FAILED, ended_at=T0 + 6, exit_code=1)
     elif name == "restart":
         store.apply([NodeState("local-a", NodeStatus.RESTARTING, T0 + 5,
                                "restart 1 of 3", attempt=1)])

@@ -20,8 +20,8 @@ import pytest
 
 from ddptui.chart.rows import chart_rows
 from ddptui.engine.process import EngineClient, EngineError, EngineProcess, Spare
-from ddptui.events import LogLine, Metric, NodeState, NodeStatus
-from ddptui.launch.controller import LaunchError
+from ddptui.events import LogLine, Metric, NodeState, NodeStatus, RunStatus
+from ddptui.launch.outcome import LaunchError
 from ddptui.store.store import Store
 
 pytestmark = pytest.mark.timeout(120)
@@ -38,7 +38,7 @@ class ScriptedRun:
         self.run_id = "scripted"
         self.config = None
         self.store = Store(self.local_dir)
-        self.store.set_run(run_id=self.run_id, status="launching", world_size=2)
+        self.store.set_run(run_id=self.run_id, status=RunStatus.LAUNCHING, world_size=2)
         self.store.add_node("a", 0)
         self.store.apply([LogLine("a", "before launch", T0, rank=0)])
         self.lines, self.forever, self.fail = lines, forever, fail
@@ -54,7 +54,7 @@ class ScriptedRun:
     def launch(self) -> None:
         if self.fail:
             raise LaunchError([self.fail, "and a second problem"])
-        self.store.set_run(status="running")
+        self.store.set_run(status=RunStatus.RUNNING)
         self._thread.start()
 
     def _play(self) -> None:
@@ -71,7 +71,7 @@ class ScriptedRun:
         if self._halt.is_set():
             return
         self.store.apply([NodeState("a", NodeStatus.EXITED, T0 + i, "exit code 0", 1, 0)])
-        self.store.set_run(status="finished", exit_code=0)
+        self.store.set_run(status=RunStatus.FINISHED, exit_code=0)
         self.result = {"lines": i}
         self._done.set()
 
@@ -79,7 +79,7 @@ class ScriptedRun:
         (self.local_dir / "stopped").write_text(str(grace))
         self._halt.set()
         self._thread.join()
-        self.store.set_run(status="stopped")
+        self.store.set_run(status=RunStatus.STOPPED)
         self.result = {"stopped": True}
         self._done.set()
         return {"leftover": {}}

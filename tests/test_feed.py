@@ -22,6 +22,7 @@ from ddptui.events import (
     NodeLogParser,
     NodeState,
     NodeStatus,
+    RunStatus,
     Source,
 )
 from ddptui.launch.follow import parse_chunk
@@ -128,7 +129,7 @@ def same_views(a: Store, b: Store) -> None:
 def test_a_replica_is_the_snapshot_plus_every_later_change() -> None:
     original = Store(ring_lines=50, rank_lines=20, series_points=30)
     original.add_node("a", 0)
-    original.set_run(run_id="r", status="running")
+    original.set_run(run_id="r", status=RunStatus.RUNNING)
     run_into(original, 120)  # rings already full: the snapshot is what they hold now
     stream: list[Change] = []
     snapshot = unpack_snapshot(pack_snapshot(original.subscribe(stream.append)))
@@ -139,7 +140,7 @@ def test_a_replica_is_the_snapshot_plus_every_later_change() -> None:
     original.apply([NodeState("a", NodeStatus.FAILED, T0 + 9, "exit code 1", 7, 1),
                     Failure("a", 2, 1, None, "boom", T0 + 9)])
     original.add_node("b", 1)
-    original.set_run(status="failed", exit_code=1)
+    original.set_run(status=RunStatus.FAILED, exit_code=1)
     for part in split_changes(stream, 16):
         for change in decode(encode(part)):
             apply_change(replica, change)

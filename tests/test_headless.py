@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ddptui.events import Failure, Level, LogLine, Metric, Source
 from ddptui.faces.headless import failure_report, format_line
-from ddptui.launch.controller import RunResult
+from ddptui.launch.outcome import RunResult
 from ddptui.store.store import Store
 
 

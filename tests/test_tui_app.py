@@ -18,7 +18,7 @@ import pytest
 from replay import T0, scenario
 from textual.command import CommandPalette
 
-from ddptui.events import LogLine, NodeState, NodeStatus
+from ddptui.events import LogLine, NodeState, NodeStatus, RunStatus
 from ddptui.store.store import Store
 from ddptui.tui.app import DashboardApp
 from ddptui.tui.confirm_screen import ConfirmScreen
@@ -75,7 +75,7 @@ class FakeController:
         self.stopped += 1
         self.store.apply([NodeState(n.name, NodeStatus.STOPPED, T0 + 9, exit_code=-15)
                           for n in self.store.node_views()])
-        self.store.set_run(status="stopped", ended_at=T0 + 9)
+        self.store.set_run(status=RunStatus.STOPPED, ended_at=T0 + 9)
         self.result = SimpleNamespace(exit_code=0, stopped=True)
         self._done = True
         return SimpleNamespace(leftover={}, clean=True)
@@ -218,7 +218,7 @@ async def test_restart_stops_then_launches_a_fresh_run() -> None:
 
 @sync
 async def test_attach_picks_a_run() -> None:
-    runs = [SimpleNamespace(run_id="old-run", status="finished", started_at=T0, nodes=["a"],
+    runs = [SimpleNamespace(run_id="old-run", status=RunStatus.FINISHED, started_at=T0, nodes=["a"],
                             world_size=2, hosts_file="h.yaml")]
     attached: list[str] = []
 
@@ -485,7 +485,7 @@ async def test_save_view_writes_a_file(tmp_path: Path) -> None:
 @sync
 async def test_home_at_top_reads_older_lines_from_disk(tmp_path: Path) -> None:
     store = Store(tmp_path / "run", ring_lines=50, rank_lines=50)
-    store.set_run(run_id="big", status="running", started_at=T0)
+    store.set_run(run_id="big", status=RunStatus.RUNNING, started_at=T0)
     store.add_node("local-a", 0)
     for b in range(10):
         store.apply([LogLine("local-a", f"line {b * 100 + i}", T0, rank=0)
@@ -600,7 +600,7 @@ async def test_restart_after_attach_uses_the_runs_own_hosts_file() -> None:
 @sync
 async def test_home_at_top_of_all_ranks_reads_older_lines_from_disk(tmp_path: Path) -> None:
     store = Store(tmp_path / "run", ring_lines=50, rank_lines=50)
-    store.set_run(run_id="big", status="running", started_at=T0)
+    store.set_run(run_id="big", status=RunStatus.RUNNING, started_at=T0)
     store.add_node("local-a", 0)
     for b in range(10):
         store.apply([LogLine("local-a", f"line {b * 100 + i}", T0, rank=i % 2)

@@ -37,6 +37,8 @@ from ddptui.engine.wire import (
     split_changes,
     unpack_snapshot,
 )
+from ddptui.events import RunStatus
+from ddptui.launch.outcome import LaunchError
 from ddptui.store.store import Change, Store
 
 #: How long one :meth:`EngineClient.pump` may keep the dashboard's event loop: a key waits
@@ -244,8 +246,6 @@ class _Calls:
 
 def _remote_error(kind: str, message: str, problems: list[str] | None) -> Exception:
     if kind == "LaunchError" and problems is not None:
-        from ddptui.launch.controller import LaunchError
-
         return LaunchError(problems)
     return EngineError(f"{kind}: {message}")
 
@@ -391,7 +391,7 @@ class EngineClient:
         if self._done:
             return
         code = self.engine.process.poll()
-        self.store.set_run(status="lost", message=(
+        self.store.set_run(status=RunStatus.LOST, message=(
             f"the engine process ended (exit code {code}); the run may still be going on its "
             f"nodes: `ddptui attach {self.run_id}` follows it again"))
         self._done = True

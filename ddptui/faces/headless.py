@@ -10,8 +10,9 @@ import sys
 from typing import TextIO
 
 from ddptui.events import Failure, Level, LogLine, Metric, NodeState, Source, format_metric
-from ddptui.launch.controller import Controller, RunResult
+from ddptui.launch.controller import Controller
 from ddptui.launch.follow import Batch
+from ddptui.launch.outcome import RunResult
 from ddptui.store.store import Store
 
 

@@ -20,19 +20,17 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ddptui.config import HostsConfig, NodeConfig
-from ddptui.events import Failure, Level, NodeLogParser, NodeState, NodeStatus, ssh_line
+from ddptui.events import Level, NodeLogParser, NodeState, NodeStatus, RunStatus, ssh_line
 from ddptui.launch import nodeops
 from ddptui.launch.follow import Batch, Finished, NodeFollower, parse_chunk, split_complete
+from ddptui.launch.outcome import STOPPED_EXIT, LaunchError, RunResult, StopReport
 from ddptui.launch.plan import NodeLaunch, Plan, expand_home, make_plan, new_run_id
 from ddptui.store.runs import (
-    RunSummary,
-    list_runs,
     read_run,
     run_dir,
     write_json,
@@ -44,36 +42,8 @@ from ddptui.store.store import Store
 from ddptui.transport.base import Transport, TransportError
 from ddptui.transport.factory import make_transport
 
-__all__ = ["Controller", "LaunchError", "RunResult", "RunSummary", "StopReport", "list_runs"]
-
 WORKER_PACKAGE = "ddptui_worker"
 T = TypeVar("T")
-
-
-class LaunchError(Exception):
-    """Why a launch did not happen; nothing of the run is left on any node."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__("\n".join(problems))
-
-
-@dataclass
-class RunResult:
-    exit_code: int
-    failures: list[Failure]
-    node_exit_codes: dict[str, int | None]
-    stopped: bool
-
-
-@dataclass
-class StopReport:
-    leftover: dict[str, list[int]] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def clean(self) -> bool:
-        return not self.errors and not any(self.leftover.values())
 
 
 def worker_files() -> list[Path]:
@@ -223,6 +193,12 @@ class Controller:
         data["nodes"] = list(self._meta.get("nodes", {}).values())
         write_json(self.local_dir / "run.json", data)
 
+    def _set_status(self, status: RunStatus, **changes: Any) -> None:
+        """The run's status, in the store (for the faces) and in ``run.json`` (for
+        ``ddptui logs`` and attach) at once, so the two never disagree."""
+        self.store.set_run(status=status, **changes)
+        self._write_meta(status=status, **changes)
+
     def process_estimate(self) -> tuple[int, int]:
         """(processes, nodes): the workers plus one torchrun agent per node."""
         nodes = len(self.config.nodes)
@@ -233,9 +209,8 @@ class Controller:
 
     def launch(self) -> None:
         cfg = self.config
-        self.store.set_run(status="launching", started_at=time.time())
-        self._write_meta(run_id=self.run_id, config=cfg.to_dict(), status="launching",
-                         started_at=time.time(), nodes={})
+        self._write_meta(run_id=self.run_id, config=cfg.to_dict(), nodes={})
+        self._set_status(RunStatus.LAUNCHING, started_at=time.time())
         names = [n.name for n in cfg.nodes]
         for n in names:
             self._node_state(n, NodeStatus.CONNECTING)
@@ -271,8 +246,7 @@ class Controller:
         errs = [e for e in _each(launches, self._start) if isinstance(e, Exception)]
         if errs:
             self._abort([str(e) for e in errs], cleanup=True, kill=True)
-        self._write_meta(status="running")
-        self.store.set_run(status="running")
+        self._set_status(RunStatus.RUNNING)
         self._start_following({})
 
     def _connect_and_probe(self, node: NodeConfig) -> str:
@@ -334,8 +308,8 @@ class Controller:
                     t.run(nodeops.remove_run_cmd(nl.run_dir), timeout=30)
             _each(list(self.plan.nodes), rm)
         self._close_transports()
-        self.store.set_run(status="failed", message=problems[0], ended_at=time.time())
-        self._write_meta(status="failed", error=problems, ended_at=time.time())
+        self.store.set_run(status=RunStatus.FAILED, message=problems[0], ended_at=time.time())
+        self._write_meta(status=RunStatus.FAILED, error=problems, ended_at=time.time())
         self.store.close()
         raise LaunchError(problems)
 
@@ -413,7 +387,7 @@ class Controller:
             f.status is NodeStatus.STOPPED for f in self._finished.values())
         failures = self.store.failure_list()
         if stopped:
-            code = 130
+            code = STOPPED_EXIT
         elif all(c == 0 for c in codes.values()):
             code = 0
         else:
@@ -425,10 +399,10 @@ class Controller:
                     code = 255 if c is None else (c if 0 < c < 256 else 1)
                     break
         self.result = RunResult(code, failures, codes, stopped)
-        status = "stopped" if stopped else ("finished" if code == 0 else "failed")
-        now = time.time()
-        self.store.set_run(status=status, exit_code=code, ended_at=now)
-        self._write_meta(status=status, exit_code=code, ended_at=now, node_exit_codes=codes)
+        status = RunStatus.STOPPED if stopped else (
+            RunStatus.FINISHED if code == 0 else RunStatus.FAILED)
+        self._set_status(status, exit_code=code, ended_at=time.time())
+        self._write_meta(node_exit_codes=codes)
         self.store.close()
         self._close_transports()
         self._done.set()
@@ -460,7 +434,7 @@ class Controller:
         """SIGTERM every process of the run on every node, then SIGKILL after ``grace``."""
         grace = self.config.job.stop_grace if grace is None else grace
         self._stopping.set()
-        self.store.set_run(status="stopping")
+        self.store.set_run(status=RunStatus.STOPPING)
         names = [n.name for n in self.config.nodes]
         for n in names:
             if n not in self._finished:
@@ -529,7 +503,8 @@ class Controller:
                                f"(status {meta.get('status')})"])
         ctl._pgids = {n: v.get("pgid") for n, v in ctl._meta["nodes"].items()}
         parsers = ctl._replay()
-        ctl.store.set_run(run_id=run_id, status="running", started_at=meta.get("started_at"),
+        ctl.store.set_run(run_id=run_id, status=RunStatus.RUNNING,
+                          started_at=meta.get("started_at"),
                           world_size=meta.get("world_size"))
         errors = _each(list(config.nodes), ctl._reconnect)
         problems = [str(e) for e in errors if isinstance(e, Exception)]

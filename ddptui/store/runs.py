@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ddptui.events import RunStatus
+
 
 def state_root(explicit: Path | None = None) -> Path:
     if explicit is not None:
@@ -41,7 +43,7 @@ class RunSummary:
     run_id: str
     hosts_file: str
     started_at: float | None
-    status: str
+    status: RunStatus
     nodes: list[str]
     world_size: int | None
     exit_code: int | None = None
@@ -62,7 +64,7 @@ def list_runs(root: Path | None = None) -> list[RunSummary]:
             run_id=str(data.get("run_id", d.name)),
             hosts_file=str(data.get("config", {}).get("path", "")),
             started_at=data.get("started_at"),
-            status=str(data.get("status", "unknown")),
+            status=RunStatus.read(data.get("status")),
             nodes=[str(n.get("name")) for n in data.get("nodes", [])],
             world_size=data.get("world_size"),
             exit_code=data.get("exit_code"),

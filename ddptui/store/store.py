@@ -28,6 +28,7 @@ from ddptui.events import (
     Metric,
     NodeState,
     NodeStatus,
+    RunStatus,
     Source,
     all_view_text,
     in_all_view,
@@ -74,7 +75,7 @@ class RunInfo:
     """The run as a whole, for the header: set by the controller, not derived from lines."""
 
     run_id: str = ""
-    status: str = "idle"  # idle, launching, running, stopping, finished, failed, stopped, lost
+    status: RunStatus = RunStatus.IDLE
     started_at: float | None = None
     ended_at: float | None = None
     exit_code: int | None = None

@@ -27,6 +27,7 @@ from textual.widgets import Footer, Input
 from ddptui.chart.rows import store_chart
 from ddptui.engine.process import EngineError, Spare, attach_run, new_run
 from ddptui.events import Failure, Level, LogLine, NodeStatus
+from ddptui.launch.outcome import LaunchError
 from ddptui.store.store import NodeView, RunInfo, Store
 from ddptui.tui.confirm_screen import ConfirmScreen
 from ddptui.tui.health import STALL_AFTER_S, STRAGGLER_FRACTION, assess
@@ -90,7 +91,7 @@ RunLister = Callable[[Path | None], list[Any]]
 
 
 def _real_lister(state_root: Path | None) -> list[Any]:
-    from ddptui.launch.controller import list_runs
+    from ddptui.store.runs import list_runs
 
     return list_runs(state_root)
 
@@ -488,8 +489,7 @@ class DashboardApp(App[int]):
     def live(self) -> bool:
         """A controller is following a run that has not finished."""
         c = self.controller
-        ended = ("idle", "failed", "finished", "stopped", "lost")  # a failed launch is not done
-        return c is not None and not c.done and self.store.run_info().status not in ended
+        return c is not None and not c.done and self.store.run_info().status.live
 
     def use_controller(self, controller: ControllerLike) -> None:
         old = self.controller
@@ -529,7 +529,7 @@ class DashboardApp(App[int]):
             self.call_from_thread(self.use_controller, controller)
             controller.launch()
         except Exception as e:  # LaunchError says what to fix; anything else is a bug report
-            said = type(e).__name__ in ("LaunchError", "EngineError")  # EngineError names its kind
+            said = isinstance(e, LaunchError | EngineError)  # EngineError names its kind
             msg = str(e) if said else f"{type(e).__name__}: {e}"
             self.call_from_thread(self.notify, msg, title="Launch failed", severity="error",
                                   timeout=30)

@@ -6,6 +6,7 @@ workers) sees either the old complete snapshot or the new complete one, never ha
 
 from __future__ import annotations
 
+import io
 import os
 import random
 import re
@@ -72,3 +73,8 @@ def save(directory: Path, step: int, state: dict[str, Any], keep: int = KEEP) ->
 
 def load(path: Path, map_location: torch.device | str) -> dict[str, Any]:
     return torch.load(path, map_location=map_location, weights_only=True)
+
+
+def load_bytes(blob: bytes, map_location: torch.device | str) -> dict[str, Any]:
+    """A snapshot file's bytes received from another rank, loaded as :func:`load` would."""
+    return torch.load(io.BytesIO(blob), map_location=map_location, weights_only=True)

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from . import optim, snapshot
+from . import bytecast, optim, snapshot
 from .data import VOCAB, DataError, Shards, check_fits, read_corpus, split, to_tokens
 from .devices import Env, ddp_device_ids, devices_for
 from .faults import Faults
@@ -54,19 +54,21 @@ def train_step(
     return loss.detach(), norm
 
 
-def load_corpus(args: argparse.Namespace, env: Env) -> torch.Tensor:
+def load_corpus(args: argparse.Namespace, env: Env,
+                device: torch.device | None = None) -> torch.Tensor:
     """Rank 0 reads, everyone receives: one text for the whole job, errors on every rank."""
-    box: list[bytes | str | None] = [None]
+    message = b""  # b"D" + the corpus, or b"E" + the error
     if env.rank == 0:
         try:
-            box[0] = read_corpus(args.data, args.corpus_bytes)
+            message = b"D" + read_corpus(args.data, args.corpus_bytes)
         except DataError as e:
-            box[0] = str(e)  # text: the error; bytes: the corpus
+            message = b"E" + str(e).encode()
     if env.world_size > 1:
-        dist.broadcast_object_list(box, src=0)
-    if not isinstance(box[0], bytes):
-        raise DataError(str(box[0]))
-    return to_tokens(box[0])
+        device = device or torch.device("cpu")
+        message = bytecast.broadcast_bytes(message if env.rank == 0 else None, device)
+    if message[:1] != b"D":
+        raise DataError(message[1:].decode(errors="replace"))
+    return to_tokens(message[1:])
 
 
 @torch.no_grad()
@@ -97,7 +99,8 @@ class Run:
         self.devices = devices_for(ids)
         self.device = self.devices[0]
         self.amp = autocast_for(self.device)
-        train_tokens, eval_tokens = split(load_corpus(args, env), args.eval_fraction)
+        train_tokens, eval_tokens = split(load_corpus(args, env, self.device),
+                                           args.eval_fraction)
         common = dict(seq_len=args.seq_len, batch_size=args.batch_size, rank=env.rank,
                       world_size=env.world_size, seed=args.seed)
         self.train = Shards(train_tokens, shuffle=True, **common)
@@ -155,23 +158,26 @@ class Run:
         """
         if self.args.no_resume:
             return
-        box: list[Any] = [None]
+        name = b""
         if self.env.rank == 0 and (newest := snapshot.newest(self.snap_dir)) is not None:
-            box[0] = newest.name
+            name = newest.name.encode()
         multi = self.env.world_size > 1
         if multi:
-            dist.broadcast_object_list(box, src=0)
-        if box[0] is None:
+            name = bytecast.broadcast_bytes(name if self.env.rank == 0 else None, self.device)
+        if not name:
             return
-        path = self.snap_dir / box[0]
+        path = self.snap_dir / name.decode()
         state = snapshot.load(path, self.device) if path.exists() else None
-        if multi:
-            haves: list[Any] = [None] * self.env.world_size
-            dist.all_gather_object(haves, state is not None)
-            if not all(haves):
-                send = [snapshot.load(path, "cpu") if self.env.rank == 0 else None]
-                dist.broadcast_object_list(send, src=0)
-                state = state if state is not None else send[0]
+        if multi and not bytecast.all_true(state is not None, self.device):
+            # The file as written, not unpickled and pickled again: every receiver loads it
+            # with weights_only as from disk. Empty if it vanished from rank 0 too.
+            blob = b""
+            if self.env.rank == 0:
+                with contextlib.suppress(OSError):
+                    blob = path.read_bytes()
+            blob = bytecast.broadcast_bytes(blob if self.env.rank == 0 else None, self.device)
+            if state is None and blob:
+                state = snapshot.load_bytes(blob, self.device)
         if state is None:
             raise DataError(f"snapshot {path} vanished while resuming")
         if state.get("config") != self.config():

@@ -1,0 +1,167 @@
+"""The house rules that the folder tree promises: short modules, imports that follow the flow
+(config -> plan -> launch -> store -> faces) without circles, a pure core, and a wheel that
+ships every package."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_LINES = 400
+#: The pure core: what a hosts-file value becomes before anything touches a node.
+CORE = ("ddptui.config", "ddptui.events", "ddptui.launch.plan")
+NOT_IN_CORE = ("paramiko", "subprocess", "textual")
+#: The top of the flow: nothing below it may import it.
+FACES = ("ddptui.cli", "ddptui.tui", "ddptui.faces")
+
+
+def _sources() -> Iterator[tuple[str, Path]]:
+    for path in sorted((ROOT / "ddptui").rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        yield ".".join(parts), path
+    for path in sorted((ROOT / "worker").rglob("*.py")):
+        yield "worker." + path.stem, path
+
+
+def _resolve(module: str, path: Path, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    base = package[: len(package) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _under_type_checking(tree: ast.Module) -> set[int]:
+    """Lines of imports made only for the type checker: they never run."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in ast.walk(node):
+                lines.add(getattr(child, "lineno", -1))
+    return lines
+
+
+def imports(module: str, path: Path) -> set[str]:
+    """Every module ``module`` imports when it runs, at the top or inside a function."""
+    tree = ast.parse(path.read_text())
+    skip = _under_type_checking(tree)
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(module, path, node)
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    sources = dict(_sources())
+    return {m: {i for i in imports(m, p) if i in sources and i != m}
+            for m, p in sources.items()}
+
+
+@pytest.mark.parametrize(("module", "path"), list(_sources()), ids=lambda v: str(v))
+def test_every_module_is_short(module: str, path: Path) -> None:
+    n = len(path.read_text().splitlines())
+    assert n <= MAX_LINES, f"{path.relative_to(ROOT)}: {n} lines (at most {MAX_LINES})"
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for dep in sorted(graph.get(m, ())):
+            if state.get(dep) == 1:
+                return [*stack[stack.index(dep):], dep]
+            if dep not in state and (found := visit(dep)):
+                return found
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state and (found := visit(m)):
+            return found
+    return None
+
+
+def test_no_module_imports_itself_round_a_circle() -> None:
+    cycle = _cycle(_graph())
+    assert cycle is None, "import circle: " + " -> ".join(cycle or [])
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def test_packages_import_each_other_without_a_circle() -> None:
+    """Between rooms the arrows point one way: a package that imports another is never
+    imported by it, however indirectly."""
+    packages: dict[str, set[str]] = {}
+    for m, deps in _graph().items():
+        packages.setdefault(_package(m), set()).update(
+            _package(d) for d in deps if _package(d) != _package(m))
+    packages.pop("ddptui", None)  # the package root holds only the version
+    cycle = _cycle(packages)
+    assert cycle is None, "package circle: " + " -> ".join(cycle or [])
+
+
+def test_nothing_below_the_faces_imports_them() -> None:
+    wrong = [f"{m} imports {d}" for m, deps in _graph().items() for d in deps
+             if d.startswith(FACES) and not m.startswith(FACES)]
+    assert wrong == []
+
+
+def test_the_worker_imports_nothing_of_ddptui() -> None:
+    wrong = [f"{m} imports {d}" for m, p in _sources() if m.startswith("worker.")
+             for d in imports(m, p) if d.split(".")[0] == "ddptui"]
+    assert wrong == []
+
+
+def test_the_core_imports_no_io_and_no_screen() -> None:
+    """Read from the source (nothing is imported lazily either) and from a fresh interpreter
+    (nothing is pulled in indirectly)."""
+    graph, sources = _graph(), dict(_sources())
+    core = [m for m in sources if m.startswith(CORE)]
+    reach, todo = set(core), list(core)
+    while todo:
+        for dep in graph[todo.pop()]:
+            if dep not in reach:
+                reach.add(dep)
+                todo.append(dep)
+    direct = [f"{m} imports {i}" for m in sorted(reach) for i in imports(m, sources[m])
+              if i.split(".")[0] in NOT_IN_CORE]
+    assert direct == []
+    code = (f"import sys; import {', '.join(CORE)}; "
+            f"print(' '.join(m for m in {NOT_IN_CORE!r} if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True, timeout=60).stdout.split()
+    assert loaded == []
+
+
+def test_the_wheel_lists_every_package() -> None:
+    """pyproject lists packages by hand (the worker's folder is mapped to another name), so a
+    new folder must be added there or it is missing from the wheel."""
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    on_disk = {".".join(p.parent.relative_to(ROOT).parts)
+               for p in (ROOT / "ddptui").rglob("__init__.py")}
+    assert set(tool["packages"]) == on_disk | {"ddptui_worker"}
+    assert tool["package-dir"] == {"ddptui_worker": "worker"}
+    assert (ROOT / "worker" / "__main__.py").is_file()

@@ -6,6 +6,7 @@ prefix, combined stdout+stderr, fed line by line to :class:`ddptui.events.NodeLo
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -17,7 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.events import PREFIX_TEMPLATE, Event, Failure, LogLine, Metric, NodeLogParser
+from ddptui.events import (
+    METRIC_MARK,
+    PREFIX_TEMPLATE,
+    Event,
+    Failure,
+    LogLine,
+    Metric,
+    NodeLogParser,
+)
 
 pytestmark = [pytest.mark.torchrun, pytest.mark.timeout(180)]
 
@@ -48,9 +57,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _command(worker_args: tuple[str, ...], max_restarts: int) -> tuple[list[str], dict[str, str]]:
+def _command(worker_args: tuple[str, ...], max_restarts: int,
+             path: tuple[Path, ...] = ()) -> tuple[list[str], dict[str, str]]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [*map(str, path), str(ROOT), env.get("PYTHONPATH")]))
     env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = PREFIX_TEMPLATE
     env["OMP_NUM_THREADS"] = "1"
     cmd = [
@@ -70,8 +81,9 @@ def _parse(text: str) -> list[Event]:
     return events
 
 
-def torchrun(cwd: Path, *worker_args: str, max_restarts: int = 0, timeout: float = 150) -> Result:
-    cmd, env = _command(worker_args, max_restarts)
+def torchrun(cwd: Path, *worker_args: str, max_restarts: int = 0, timeout: float = 150,
+             path: tuple[Path, ...] = ()) -> Result:
+    cmd, env = _command(worker_args, max_restarts, path)
     proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=timeout, check=False)
     return Result(proc.returncode, _parse(proc.stdout), proc.stdout)
@@ -222,3 +234,103 @@ def test_shipped_flat_copy_runs_without_ddptui(tmp_path: Path) -> None:
     kinds = [line.split('"kind": "')[1].split('"')[0] for line in ok.stdout.splitlines()
              if line.startswith("@ddptui ")]
     assert kinds == ["start", "metric", "metric", "eval", "summary"]
+
+
+# -- torch does not require numpy, so neither may the worker ------------------------------
+def _without_numpy(tmp: Path) -> Path:
+    """A PYTHONPATH entry whose sitecustomize makes numpy unimportable in every process
+    started with it (torchrun's agent and each rank), even where numpy is installed."""
+    site = tmp / "no_numpy"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import sys\nsys.modules['numpy'] = None\n")
+    probe = subprocess.run([sys.executable, "-c", "import numpy"], capture_output=True,
+                           env={**os.environ, "PYTHONPATH": str(site)}, check=False)
+    assert probe.returncode != 0, "the sitecustomize did not hide numpy"
+    return site
+
+
+def test_restart_from_a_snapshot_needs_no_numpy(tmp_path: Path) -> None:
+    """Corpus broadcast, metrics, snapshot save and resume on 2 ranks with no numpy: torch's
+    object collectives (broadcast_object_list & co.) fail there with "Numpy is not
+    available" on every rank but the sender."""
+    site = _without_numpy(tmp_path)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    r = torchrun(run_dir, *TINY, "--steps", "30", "--log-every", "5", "--eval-every", "30",
+                 "--snapshot-every", "10", "--crash-rank", "1", "--crash-step", "17",
+                 max_restarts=1, path=(site,))
+    assert r.code == 0, r.text[-3000:]
+    assert "Numpy is not available" not in r.text
+    resumed = [m for m in r.metrics("start") if m.attempt == 1]
+    assert sorted(m.rank for m in resumed) == [0, 1]
+    assert all(m.values["start_step"] == 10 for m in resumed), r.text[-3000:]
+    assert sorted(m.rank for m in r.metrics("summary") if m.attempt == 1) == [0, 1]
+
+
+def test_snapshot_sent_to_a_rank_that_cannot_see_it_needs_no_numpy(tmp_path: Path) -> None:
+    """Two ranks in different directories (two nodes, no shared disk) without torchrun:
+    rank 1 does not see rank 0's snapshot, so rank 0 sends it over gloo."""
+    site = _without_numpy(tmp_path)
+    port = _free_port()
+
+    def ranks(*args: str) -> list[subprocess.CompletedProcess[str]]:
+        procs = []
+        for rank in (0, 1):
+            cwd = tmp_path / f"node{rank}"
+            cwd.mkdir(exist_ok=True)
+            _, env = _command((), 0, (site,))
+            env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
+                       LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "ddptui_worker", *TINY, *args], cwd=cwd, env=env,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        try:
+            return [subprocess.CompletedProcess(p.args, p.wait(timeout=120),
+                                                p.stdout.read() if p.stdout else "")
+                    for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+
+    def starts(results: list[subprocess.CompletedProcess[str]]) -> list[dict[str, object]]:
+        for res in results:
+            assert res.returncode == 0, res.stdout[-3000:]
+            assert "Numpy is not available" not in res.stdout
+        return [json.loads(line.removeprefix(METRIC_MARK)) for res in results
+                for line in res.stdout.splitlines()
+                if line.startswith(METRIC_MARK) and '"kind": "start"' in line]
+
+    first = starts(ranks("--steps", "10", "--snapshot-every", "10", "--eval-every", "10"))
+    assert [s["start_step"] for s in first] == [0, 0]
+    assert (tmp_path / "node0" / "ckpt" / "snapshot-00000010.pt").is_file()
+    assert not (tmp_path / "node1" / "ckpt").exists()
+    port = _free_port()
+    again = starts(ranks("--steps", "14", "--snapshot-every", "0", "--eval-every", "14"))
+    assert [(s["rank"], s["start_step"]) for s in again] == [(0, 10), (1, 10)]
+    assert all(s["resumed_from"] == "ckpt/snapshot-00000010.pt" for s in again)
+
+
+# -- from a checkout, the way a user tries it first ----------------------------------------
+def test_standalone_torchrun_of_the_worker_folder_from_the_checkout() -> None:
+    """`python -m torch.distributed.run --standalone --nproc-per-node 2 -m worker` in the
+    repository root: the folder is the package `worker` there (ddptui_worker once installed)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env["OMP_NUM_THREADS"] = "1"
+    # No snapshots: they would land in the checkout (ckpt/ is git-ignored all the same).
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+           "2", "-m", "worker", "--steps", "30", "--log-every", "10", "--eval-every", "30",
+           "--warmup-steps", "5", "--snapshot-every", "0"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=150, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    lines = [json.loads(line.removeprefix(METRIC_MARK)) for line in proc.stdout.splitlines()
+             if line.startswith(METRIC_MARK)]
+    assert sorted(x["rank"] for x in lines if x["kind"] == "start") == [0, 1]
+    assert all(x["backend"] == "gloo" for x in lines if x["kind"] == "start")
+    for rank in (0, 1):
+        losses = [x["loss"] for x in lines if x["kind"] == "metric" and x["rank"] == rank]
+        assert len(losses) == 3 and losses[-1] < losses[0], losses
+    assert not (ROOT / "ckpt").exists()

@@ -276,6 +276,33 @@ def test_worker_imports_only_stdlib_torch_and_itself() -> None:
             assert top == "torch" or top in _stdlib(), f"{path.name} imports {top}"
 
 
+# torch does not require numpy, and these go through it: the object collectives turn
+# received tensors into bytes with tensor.numpy() (worker/bytecast.py is the replacement).
+NEEDS_NUMPY = frozenset({
+    "numpy", "from_numpy", "broadcast_object_list", "all_gather_object", "gather_object",
+    "scatter_object_list", "send_object_list", "recv_object_list",
+})
+
+
+def test_worker_calls_nothing_that_needs_numpy() -> None:
+    for path in WORKER.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            name = node.attr if isinstance(node, ast.Attribute) else \
+                node.id if isinstance(node, ast.Name) else None
+            assert name not in NEEDS_NUMPY, f"{path.name}:{node.lineno}: {name} needs numpy"
+
+
+def test_bytes_and_flags_cross_a_one_rank_group(one_rank_group: None) -> None:
+    from ddptui_worker import bytecast
+
+    cpu = torch.device("cpu")
+    for payload in (b"", b"\x00\xff snapshot", bytes(range(256)) * 1000):
+        assert bytecast.broadcast_bytes(payload, cpu) == payload
+    with pytest.raises(ValueError):
+        bytecast.broadcast_bytes(None, cpu)
+    assert bytecast.all_true(True, cpu) and not bytecast.all_true(False, cpu)
+
+
 def _stdlib() -> frozenset[str]:
     import sys
 

@@ -1,0 +1,39 @@
+"""Reading a hosts file: the only place the config package touches the file system."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ddptui.config.model import ConfigError, HostsConfig, Problem
+from ddptui.config.parse import parse_hosts
+
+
+def parse_config(text: str, path: str | Path) -> HostsConfig:
+    """Check a whole hosts file, including that a local ``job.script`` exists on this machine.
+
+    ``path`` is where the text came from: messages name it, and a relative script is taken
+    from its directory.
+    """
+    return parse_hosts(text, path, is_file=Path.is_file)
+
+
+def load_config(path: str | Path) -> HostsConfig:
+    """Read and check the hosts file; a missing or unreadable file is a ConfigError too."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError([Problem(str(path), None, "file", "does not exist.")]) from None
+    except IsADirectoryError:
+        raise ConfigError([Problem(str(path), None, "file",
+                                   "is a directory, not a hosts file.")]) from None
+    except OSError as exc:
+        raise ConfigError([Problem(str(path), None, "file",
+                                   f"cannot be read: {exc.strerror or exc}.")]) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError([Problem(str(path), line, "file",
+                                   "is not UTF-8 text; save it as UTF-8.")]) from None
+    return parse_config(text, path)

@@ -1,0 +1,249 @@
+"""The hosts file's typed form: the one place its keys, defaults and value rules are written.
+
+Every field read from the file carries a :class:`Key` in its metadata naming its value rule
+(see ``values.py``), so the parser's accepted keys, the JSON Schema and the docs' tables are
+all derived from these classes. Each field's attribute docstring is its description in the
+schema and the docs: keep it to one line saying what the field is for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from ddptui.config import values as v
+from ddptui.config.values import NprocPerNode
+
+KEY: Final = "ddptui.config"
+"""The metadata entry that holds a field's :class:`Key`."""
+
+
+@dataclass(frozen=True)
+class Key:
+    """How a field is written in the hosts file; a field without one is not read from it."""
+
+    check: v.Check | None = None
+    """The field's value rule; None for a section, which the parser walks itself."""
+    node_only: bool = False
+    """Says something about one node, so it may not be given in `defaults:`."""
+    static_alias: str | None = None
+    """torchrun's name for the field, accepted in its place with `backend: static`."""
+    defaults_key: str | None = None
+    """The key of a mapping giving values for every item of this list."""
+    hints: tuple[str, ...] = ()
+    """Names people reach for from other tools (torchrun, ssh, Ansible), for "did you mean"."""
+
+
+def key(check: v.Check | None = None, *, node_only: bool = False,
+        static_alias: str | None = None, defaults_key: str | None = None,
+        hints: tuple[str, ...] = ()) -> dict[str, Key]:
+    """Field metadata: ``field(default=..., metadata=key(...))``."""
+    return {KEY: Key(check, node_only, static_alias, defaults_key, hints)}
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """One machine of the job; every key but the node-only ones may be set in `defaults:`."""
+
+    name: str = field(metadata=key(v.word("a non-empty label"), node_only=True))
+    """Label shown everywhere (panes, logs, `ddptui logs`); unique; default: the host."""
+    host: str = field(metadata=key(v.HOST, node_only=True, hints=("hostname",)))
+    """What ssh connects to: a name, address or ~/.ssh/config alias; `localhost` when local."""
+    addr: str | None = field(default=None, metadata=key(
+        v.HOST, node_only=True, hints=("address", "ip")))
+    """Address the other nodes reach this one at (`--local-addr`, and the rendezvous here)."""
+    node_rank: int | None = field(default=None, metadata=key(
+        v.NONNEG_INT, node_only=True, hints=("rank",)))
+    """Node rank 0 … N-1, only with `backend: static`; default: the position in the file."""
+    user: str | None = field(default=None, metadata=key(
+        v.word("a login name"), hints=("username", "login")))
+    """Login name; default: from ~/.ssh/config, else your login name."""
+    port: int | None = field(default=None, metadata=key(v.PORT, hints=("ssh_port",)))
+    """SSH port; default: from ~/.ssh/config, else 22."""
+    identity_file: str | None = field(default=None, metadata=key(
+        v.LOCAL_PATH, hints=("key", "key_file", "identityfile", "ssh_key")))
+    """Private key on this machine; default: from ~/.ssh/config and the ssh agent."""
+    python: str = field(default="python3", metadata=key(
+        v.text("the path or name of a Python interpreter"),
+        hints=("interpreter", "python_path")))
+    """Interpreter on the node; it must `import torch`, whose torchrun is the one used."""
+    workdir: str = field(default="~/.ddptui-work", metadata=key(
+        v.WORKDIR, hints=("dir", "cwd", "working_dir")))
+    """Directory on the node that holds every run (`~` is the login user's home there)."""
+    nproc_per_node: NprocPerNode = field(default="auto", metadata=key(
+        v.NPROC, hints=("nproc", "nprocs", "procs", "gpus")))
+    """torchrun's `--nproc-per-node`: a number, or one per GPU, per CPU, or GPUs if any (auto)."""
+    env: Mapping[str, str] = field(default_factory=dict, metadata=key(
+        v.ENV, hints=("environment",)))
+    """Environment for torchrun and the workers; merged over `defaults.env`."""
+    transport: Literal["ssh", "local"] = field(default="ssh", metadata=key(v.TRANSPORT))
+    """`local` runs on this machine without SSH (then user, port and identity_file do not apply)."""
+    line: int = 0
+    """Line of this entry in the hosts file, for errors found later."""
+
+    @property
+    def is_local(self) -> bool:
+        return self.transport == "local"
+
+
+@dataclass(frozen=True)
+class RendezvousConfig:
+    """How the nodes find each other: torchrun's `--rdzv-*` flags."""
+
+    backend: Literal["c10d", "static"] = field(default="c10d", metadata=key(
+        v.BACKEND, hints=("rdzv_backend",)))
+    """torchrun's `--rdzv-backend`; static fixes node ranks, c10d assigns them."""
+    endpoint: str | None = field(default=None, metadata=key(
+        v.HOST, static_alias="master_addr", hints=("rdzv_endpoint",)))
+    """Host (or host:port) of the rendezvous store; default: node rank 0's addr or ssh address."""
+    port: int | None = field(default=None, metadata=key(v.PORT, static_alias="master_port"))
+    """Port of the rendezvous store; default: 29400 for c10d, 29500 for static."""
+    id: str | None = field(default=None, metadata=key(v.RDZV_ID, hints=("rdzv_id",)))
+    """torchrun's `--rdzv-id`, which also names its log sub-directory; default: the run id."""
+    join_timeout: int = field(default=600, metadata=key(v.POS_INT))
+    """Seconds to wait for every node to join (torchrun's default)."""
+    last_call_timeout: int | None = field(default=None, metadata=key(v.POS_INT))
+    """c10d only: seconds to wait for more nodes once enough joined; default: torchrun's (30)."""
+    close_timeout: int | None = field(default=None, metadata=key(v.POS_INT))
+    """c10d only: seconds to wait for the rendezvous to close; default: torchrun's (30)."""
+
+    @property
+    def effective_port(self) -> int:
+        if self.port is not None:
+            return self.port
+        return 29400 if self.backend == "c10d" else 29500
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """What runs on every node, and how torchrun watches it."""
+
+    script: str | None = field(default=None, metadata=key(v.LOCAL_PATH, hints=("entrypoint",)))
+    """Your training script on this machine (relative to the hosts file), uploaded per run."""
+    module: bool = field(default=False, metadata=key(v.MODULE))
+    """In the file: a module installed on the nodes, run as `-m module`; held as script."""
+    args: tuple[str, ...] = field(default=(), metadata=key(v.ARGS))
+    """Arguments after the script or module (numbers become text)."""
+    max_restarts: int = field(default=0, metadata=key(v.MAX_RESTARTS, hints=("restarts",)))
+    """torchrun's `--max-restarts`."""
+    monitor_interval: float | None = field(default=None, metadata=key(v.seconds(above_zero=True)))
+    """torchrun's `--monitor-interval`; default: torchrun's (0.1)."""
+    nccl_debug: str | None = field(default=None, metadata=key(v.levels(v.NCCL_DEBUG_LEVELS)))
+    """Sets `NCCL_DEBUG` (any case)."""
+    nccl_debug_subsys: str | None = field(default=None, metadata=key(v.SUBSYSTEMS))
+    """Sets `NCCL_DEBUG_SUBSYS`, e.g. `INIT,NET` or a list of names."""
+    torch_distributed_debug: str | None = field(default=None, metadata=key(
+        v.levels(v.TORCH_DISTRIBUTED_DEBUG_LEVELS, off_is_false=True)))
+    """Sets `TORCH_DISTRIBUTED_DEBUG` (any case; a bare OFF works)."""
+    torch_cpp_log_level: str | None = field(default=None, metadata=key(
+        v.levels(v.TORCH_CPP_LOG_LEVELS)))
+    """Sets `TORCH_CPP_LOG_LEVEL` (any case)."""
+    stop_grace: float = field(default=10.0, metadata=key(v.seconds(above_zero=False)))
+    """Seconds between SIGTERM and SIGKILL when stopping."""
+
+    @property
+    def is_bundled_worker(self) -> bool:
+        return self.script is None
+
+
+@dataclass(frozen=True)
+class SSHOptions:
+    """How ddptui connects to nodes with `transport: ssh`."""
+
+    config_file: str | None = field(default=None, metadata=key(v.LOCAL_PATH))
+    """OpenSSH client config to honour; default: ~/.ssh/config when it exists."""
+    known_hosts: str | None = field(default=None, metadata=key(v.LOCAL_PATH))
+    """Host keys to trust; default: ~/.ssh/known_hosts."""
+    accept_new_host_keys: bool = field(default=False, metadata=key(v.BOOL))
+    """Trust and record the key of a host not seen before (ssh's accept-new)."""
+    connect_timeout: float = field(default=10.0, metadata=key(
+        v.seconds(above_zero=True), hints=("timeout",)))
+    """Seconds per connection attempt."""
+
+
+@dataclass(frozen=True)
+class HostsConfig:
+    """A whole hosts file, checked."""
+
+    path: Path
+    """The file this came from; a relative `job.script` is taken from its directory."""
+    nodes: tuple[NodeConfig, ...] = field(metadata=key(
+        defaults_key="defaults", hints=("hosts", "machines")))
+    """The machines, in file order: a host name, or a mapping of node fields."""
+    rendezvous: RendezvousConfig = field(default=RendezvousConfig(), metadata=key(
+        hints=("rdzv",)))
+    """How the nodes find each other; default: c10d on node rank 0."""
+    job: JobConfig = field(default=JobConfig(), metadata=key())
+    """What runs; default: the bundled worker."""
+    ssh: SSHOptions = field(default=SSHOptions(), metadata=key())
+    """How ddptui connects to the nodes."""
+
+    def node_rank(self, node: NodeConfig) -> int:
+        """Explicit ranks exist only for static rendezvous; otherwise the file decides."""
+        if node.node_rank is not None:
+            return node.node_rank
+        return self.nodes.index(node)
+
+    @property
+    def ordered_nodes(self) -> tuple[NodeConfig, ...]:
+        return tuple(sorted(self.nodes, key=self.node_rank))
+
+    @property
+    def rendezvous_node(self) -> NodeConfig:
+        """Node rank 0: where the rendezvous lives unless ``rendezvous.endpoint`` says else."""
+        return self.ordered_nodes[0]
+
+    def node(self, name: str) -> NodeConfig:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready and exact (``from_dict`` gives it back), for ``run.json``."""
+        d = asdict(self)
+        d["path"] = str(self.path)
+        for n in d["nodes"]:
+            n["env"] = dict(n["env"])
+        d["job"]["args"] = list(self.job.args)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> HostsConfig:
+        job = dict(d.get("job", {}))
+        job["args"] = tuple(job.get("args", ()))
+        return cls(
+            path=Path(d["path"]),
+            nodes=tuple(NodeConfig(**n) for n in d["nodes"]),
+            rendezvous=RendezvousConfig(**d.get("rendezvous", {})),
+            job=JobConfig(**job),
+            ssh=SSHOptions(**d.get("ssh", {})),
+        )
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One mistake in a hosts file, as the CLI prints it."""
+
+    file: str
+    """The hosts file as the person named it."""
+    line: int | None
+    """1-based line of the mistake; None for the file as a whole."""
+    field: str
+    """Dotted path such as `nodes[1].nproc_per_node`, or `yaml`/`file` for the whole text."""
+    message: str
+    """The sentence after the field, ending in a full stop or a question mark."""
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        return f"{where}: {self.field}: {self.message}"
+
+
+class ConfigError(Exception):
+    """Every problem in the file at once; ``str()`` is what the CLI prints."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))

@@ -1,0 +1,200 @@
+"""From hosts-file text to :class:`HostsConfig`: the sections and the rules between fields.
+
+Pure: the text comes in, a config or a :class:`ConfigError` naming every problem comes out.
+The keys each section accepts and the check of each value come from the fields of
+``model.py``; what is written here is only what no single field can say (an endpoint that
+carries its port, torchrun's ``master_*`` names, repeated nodes, node ranks).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ddptui.config.keys import SYNONYMS, TOP_KEYS, build, checks_of, file_fields, yaml_keys
+from ddptui.config.model import (
+    ConfigError,
+    HostsConfig,
+    JobConfig,
+    Problem,
+    RendezvousConfig,
+    SSHOptions,
+)
+from ddptui.config.nodes import NodeWalker
+from ddptui.config.values import Check, ListOf, MappingOf, show
+from ddptui.config.yaml_marks import MISSING, NULL_TAG, Entry, line_of
+
+#: Rendezvous settings torchrun's static backend has no use for.
+_C10D_ONLY = ("last_call_timeout", "close_timeout")
+# host:port or [ipv6]:port; a bare IPv6 address has more than one colon and no port.
+_ENDPOINT_RE = re.compile(r"(?:\[([^\]]+)\]|([^:\[\]]+)):(\d{1,6})\Z")
+
+
+class _HostsParser(NodeWalker):
+    def __init__(self, text: str, path: Path, is_file: Callable[[Path], bool]) -> None:
+        super().__init__(text, path, SYNONYMS)
+        self.is_file = is_file
+
+    def parse(self) -> HostsConfig | None:
+        root = self.compose()
+        if root is None:
+            if not self.problems:
+                self.problem(None, "file", "is empty; it needs at least a `nodes:` list (see "
+                                           "hosts.example.yaml).")
+            return None
+        top = self.mapping(root, "", TOP_KEYS, what="a mapping with a `nodes:` list")
+        if top is None:
+            return None
+        if not top and isinstance(root, yaml.ScalarNode):
+            self.problem(line_of(root), "file",
+                         "has no content; it needs at least a `nodes:` list.")
+            return None
+        rendezvous = self.rendezvous(top.get("rendezvous"))
+        job = self.job(top.get("job"))
+        ssh = build(SSHOptions, self.section(top.get("ssh"), "ssh", SSHOptions)[0])
+        defaults = self.defaults(top.get("defaults"))
+        if "nodes" not in top:
+            self.problem(line_of(root), "nodes",
+                         "is missing; list the machines to run on under `nodes:`.")
+            return None
+        nodes = self.nodes(top["nodes"], defaults, rendezvous.backend)
+        if self.problems:
+            return None
+        return HostsConfig(self.path, tuple(nodes), rendezvous, job, ssh)
+
+    def section(
+        self, entry: Entry | None, name: str, cls: type,
+    ) -> tuple[dict[str, Any], dict[str, int], dict[str, Entry]]:
+        """Values and their lines for a flat section; bad values and lists are left out."""
+        values: dict[str, Any] = {}
+        lines: dict[str, int] = {}
+        if entry is None:
+            return values, lines, {}
+        checks = checks_of(cls)
+        entries = self.mapping(entry.value_node, name, yaml_keys(cls)) or {}
+        for key, e in entries.items():
+            check = checks.get(key)
+            if check is None or isinstance(check, ListOf | MappingOf):
+                continue
+            value = self.check(e.value_node, f"{name}.{key}", check)
+            if value is not MISSING:
+                values[key] = value
+                lines[key] = e.line
+        return values, lines, entries
+
+    def rendezvous(self, entry: Entry | None) -> RendezvousConfig:
+        v, lines, _ = self.section(entry, "rendezvous", RendezvousConfig)
+        backend = v.get("backend", RendezvousConfig.backend)
+        if "endpoint" in v and ":" in v["endpoint"]:
+            self.split_endpoint(v, lines["endpoint"])
+        for canonical, k in file_fields(RendezvousConfig):
+            alias = k.static_alias
+            if alias is None or alias not in v:
+                continue
+            if backend != "static":
+                self.problem(lines[alias], f"rendezvous.{alias}",
+                             f"is only for `backend: static`; with c10d use `{canonical}:`.")
+            elif canonical in v:
+                self.problem(lines[alias], f"rendezvous.{alias}",
+                             f"is another name for `{canonical}:`, which is also given; "
+                             "keep one.")
+            else:
+                v[canonical] = v[alias]
+        if backend == "static":
+            for key in _C10D_ONLY:
+                if key in v:
+                    self.problem(lines[key], f"rendezvous.{key}",
+                                 "is only used by the c10d backend; remove it for static.")
+        return build(RendezvousConfig, v)
+
+    def split_endpoint(self, v: dict[str, Any], line: int) -> None:
+        """``host:port`` or ``[ipv6]:port`` gives the port too; a bare IPv6 address has none."""
+        m = _ENDPOINT_RE.match(v["endpoint"])
+        if m is not None:
+            host, port = m.group(1) or m.group(2), int(m.group(3))
+            if not 1 <= port <= 65535:
+                self.problem(line, "rendezvous.endpoint",
+                             f"names port {port}; a port must be between 1 and 65535.")
+            elif "port" in v and v["port"] != port:
+                self.problem(line, "rendezvous.endpoint",
+                             f"names port {port} but `port:` says {v['port']}; "
+                             "give the port once.")
+            v["endpoint"], v["port"] = host, port
+        elif v["endpoint"].count(":") == 1:
+            self.problem(line, "rendezvous.endpoint",
+                         f"must be a host, or host:port, not {show(v['endpoint'])}.")
+
+    def job(self, entry: Entry | None) -> JobConfig:
+        v, lines, entries = self.section(entry, "job", JobConfig)
+        if "args" in entries:
+            args = checks_of(JobConfig)["args"]
+            assert isinstance(args, ListOf)
+            v["args"] = self.job_args(entries["args"], args.item)
+        if "module" in v:
+            if "script" in v:
+                self.problem(lines["module"], "job.module",
+                             "cannot be given together with `script:`; keep one.")
+                del v["module"]
+            else:
+                v["script"], v["module"] = v["module"], True
+        elif "script" in v:
+            v["script"] = self.resolve_script(v["script"], lines["script"])
+        return build(JobConfig, v)
+
+    def job_args(self, entry: Entry, item: Check) -> tuple[str, ...]:
+        value_node = entry.value_node
+        if isinstance(value_node, yaml.ScalarNode) and value_node.tag == NULL_TAG:
+            return ()
+        items = self.sequence(value_node)
+        if items is None:
+            self.problem(line_of(value_node), "job.args",
+                         f"must be a list of strings, not {self.describe(value_node)}; write "
+                         "`args: [--epochs, '3']` or one `- item` per line.")
+            return ()
+        out: list[str] = []
+        for i, node in enumerate(items):
+            value = self.check(node, f"job.args[{i}]", item)
+            if value is not MISSING:
+                out.append(value)
+        return tuple(out)
+
+    def resolve_script(self, script: str, line: int) -> str:
+        """A relative script is relative to the hosts file: it is uploaded from here."""
+        try:
+            resolved = Path(script) if Path(script).is_absolute() else self.path.parent / script
+            resolved = Path(os.path.abspath(resolved))
+            exists = self.is_file(resolved)
+        except (OSError, ValueError):
+            exists = False
+            resolved = Path(script)
+        if not exists:
+            self.problem(line, "job.script",
+                         f"names {str(resolved)!r}, which is not a file on this machine "
+                         "(a relative path is taken from the hosts file's directory).")
+        return str(resolved)
+
+
+def parse_hosts(text: str, path: str | Path, *,
+                is_file: Callable[[Path], bool] = lambda _: True) -> HostsConfig:
+    """Check a whole hosts file; raise ConfigError naming every problem in it.
+
+    ``is_file`` answers whether a local ``job.script`` exists; it is the one question about the
+    file system, asked by ``load.py``, so that this stays pure.
+    """
+    path = Path(path)
+    parser = _HostsParser(text, path, is_file)
+    try:
+        config = parser.parse()
+    except RecursionError:
+        parser.problems = [Problem(str(path), None, "yaml", "is nested too deeply to read.")]
+        config = None
+    if config is None or parser.problems:
+        if not parser.problems:  # pragma: no cover - parse() returns None only with problems
+            parser.problem(None, "file", "could not be read.")
+        raise ConfigError(sorted(parser.problems, key=lambda p: (p.line or 0)))
+    return config

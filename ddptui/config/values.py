@@ -1,0 +1,326 @@
+"""The value rules of the hosts file, each written once for the parser, the schema and the docs.
+
+A :class:`Check` is built from the same few parameters (a range, a list of choices, a pattern)
+for its runtime test, its JSON Schema fragment and its one-line summary in
+``docs/hosts-file.md``, so the three cannot drift apart. ``model.py`` names the check of every
+field; nothing here knows which field uses which rule.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, NoReturn
+
+NprocPerNode = int | Literal["gpu", "cpu", "auto"]
+
+NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
+TORCH_DISTRIBUTED_DEBUG_LEVELS = ("OFF", "INFO", "DETAIL")
+TORCH_CPP_LOG_LEVELS = ("INFO", "WARNING", "ERROR", "FATAL")
+NPROC_WORDS = ("gpu", "cpu", "auto")
+#: Set by ddptui on every run; a user value would silently break following the run.
+RESERVED_ENV = frozenset({"DDPTUI_RUN", "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"})
+
+# Patterns are written once, in the dialect both Python's re and JSON Schema (ECMA 262) read.
+ENV_NAME = "[A-Za-z_][A-Za-z0-9_]*"
+_MODULE = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
+_CONTROL = "\\x00-\\x1f\\x7f"
+_CONTROL_RE = re.compile(f"[{_CONTROL}]")
+_TEXT = f"^[^{_CONTROL}]*[^\\s{_CONTROL}][^{_CONTROL}]*$"
+_WORD = f"^[^\\s{_CONTROL}]+$"
+_HOST = f"^[^\\s{_CONTROL}@-][^\\s{_CONTROL}@]*$"
+_WORKDIR = f"^(~|~/[^{_CONTROL}]*|/[^{_CONTROL}]*)$"
+
+
+class Invalid(Exception):
+    """One wrong value; the message is the sentence the person reads."""
+
+
+class ListStandIn:
+    """Stands for a YAML sequence where a scalar was expected, so messages can name it."""
+
+
+class MapStandIn:
+    """Stands for a YAML mapping where a scalar was expected."""
+
+
+def show(value: Any) -> str:
+    """A value as the message quotes it: short, and never failing on a huge number."""
+    try:
+        text = repr(value)
+    except ValueError:  # an integer too long for str()
+        return "a very long number"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def kind(value: Any) -> str:
+    """What a wrong value is, in words, for "must be X, not <kind>"."""
+    if value is None:
+        return "empty (null)"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, int | float):
+        return f"the number {show(value)}"
+    if isinstance(value, str):
+        return f"the string {show(value)}"
+    if isinstance(value, ListStandIn | list):
+        return "a list"
+    if isinstance(value, MapStandIn):
+        return "a mapping"
+    if isinstance(value, bytes):
+        return "binary data"
+    return f"a {type(value).__name__} ({show(value)})"
+
+
+
+@dataclass(frozen=True)
+class Check:
+    """One value rule: the runtime test and what the JSON Schema and the docs say of it."""
+
+    validate: Callable[[Any], Any]
+    """Returns the value as the config holds it; raises :class:`Invalid` with the sentence."""
+    schema: Mapping[str, Any]
+    """The JSON Schema of the YAML values it accepts (a superset is fine, a subset is not)."""
+    summary: str
+    """The type column of the docs' field tables."""
+
+    def __call__(self, value: Any) -> Any:
+        return self.validate(value)
+
+
+@dataclass(frozen=True)
+class ListOf(Check):
+    """A YAML list whose items each pass ``item``; an empty value is the empty list."""
+
+    item: Check
+
+
+@dataclass(frozen=True)
+class MappingOf(Check):
+    """A YAML mapping of environment-variable names to values that pass ``value``."""
+
+    value: Check
+    reserved: frozenset[str]
+
+
+def _fail(what: str, value: Any) -> NoReturn:
+    raise Invalid(f"must be {what}, not {kind(value)}.")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        _fail(what, value)
+    if _CONTROL_RE.search(value):
+        raise Invalid(f"must be {what} without control characters such as newlines.")
+    return value
+
+
+def _word(value: Any, what: str) -> str:
+    """Host names, user names, labels: a space in one is always a typo."""
+    text = _text(value, what)
+    if any(c.isspace() for c in text):
+        raise Invalid(f"must be {what} without spaces, not {show(text)}.")
+    return text
+
+
+def text(what: str, summary: str = "string") -> Check:
+    return Check(lambda v: _text(v, what), {"type": "string", "pattern": _TEXT}, summary)
+
+
+def word(what: str, summary: str = "string") -> Check:
+    return Check(lambda v: _word(v, what), {"type": "string", "pattern": _WORD}, summary)
+
+
+def _host(value: Any) -> str:
+    text = _word(value, "a host name, ~/.ssh/config alias or address")
+    if text.startswith("-"):
+        raise Invalid(f"must be a host name, not {show(text)} (it may not start with '-').")
+    if "@" in text:
+        raise Invalid(f"must be a host name only, not {show(text)}; put the login name in `user:`.")
+    return text
+
+
+def whole(minimum: int, what: str, maximum: int | None = None) -> Check:
+    """A whole number in a range; ``what`` is the message for anything else."""
+
+    def check(value: Any) -> int:
+        if not _is_int(value):
+            _fail(what, value)
+        if value < minimum or (maximum is not None and value > maximum):
+            if maximum is None:
+                _fail(what, value)
+            raise Invalid(f"must be {what}, not {show(value)}.")
+        return int(value)
+
+    schema: dict[str, Any] = {"type": "integer", "minimum": minimum}
+    summary = f"int ≥ {minimum}"
+    if maximum is not None:
+        schema["maximum"] = maximum
+        summary = f"int {minimum}–{maximum}"
+    return Check(check, schema, summary)
+
+
+def seconds(*, above_zero: bool) -> Check:
+    what = "greater than 0" if above_zero else "of 0 or more"
+
+    def check(value: Any) -> float:
+        if (not _is_number(value) or not math.isfinite(value) or value < 0
+                or (above_zero and value == 0)):
+            _fail(f"a number of seconds {what}", value)
+        return float(value)
+
+    bound = "exclusiveMinimum" if above_zero else "minimum"
+    return Check(check, {"type": "number", bound: 0},
+                 "seconds > 0" if above_zero else "seconds ≥ 0")
+
+
+def _max_restarts(value: Any) -> int:
+    if _is_int(value) and value < 0:
+        raise Invalid(f"must be 0 or more (how many times torchrun restarts the workers), "
+                      f"not {value}.")
+    return int(NONNEG_INT(value))
+
+
+def _upper_pattern(choices: tuple[str, ...]) -> str:
+    """Case-insensitive alternatives, which JSON Schema patterns cannot say with a flag."""
+    def letters(word: str) -> str:
+        return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else re.escape(c) for c in word)
+    return "^(" + "|".join(letters(c) for c in choices) + ")$"
+
+
+def levels(choices: tuple[str, ...], *, off_is_false: bool = False) -> Check:
+    """Level names in any case; ``off_is_false``: YAML 1.1 reads a bare OFF as false."""
+    allowed = ", ".join(choices)
+
+    def check(value: Any) -> str:
+        if off_is_false and value is False:
+            return "OFF"
+        if isinstance(value, str) and value.upper() in choices:
+            return value.upper()
+        _fail(f"one of {allowed}", value)
+
+    any_case: list[Mapping[str, Any]] = [
+        {"enum": list(choices)}, {"type": "string", "pattern": _upper_pattern(choices)}]
+    if off_is_false:
+        any_case.append({"const": False})
+    return Check(check, {"anyOf": any_case}, ", ".join(f"`{c}`" for c in choices))
+
+
+def exactly(choices: tuple[str, ...], what: str) -> Check:
+    def check(value: Any) -> str:
+        if isinstance(value, str) and value in choices:
+            return value
+        _fail(what, value)
+
+    return Check(check, {"enum": list(choices)}, " or ".join(f"`{c}`" for c in choices))
+
+
+def _nproc(value: Any) -> NprocPerNode:
+    if _is_int(value) and value >= 1:
+        return int(value)
+    if value in NPROC_WORDS:
+        return value  # type: ignore[no-any-return]
+    _fail('a whole number of at least 1, or "gpu", "cpu" or "auto"', value)
+
+
+def _workdir(value: Any) -> str:
+    text = _text(value, "a path")
+    if not (text == "~" or text.startswith("~/") or text.startswith("/")):
+        raise Invalid(
+            f"must be an absolute path or start with ~/ (the login user's home on the node), "
+            f"not {show(text)}."
+        )
+    return text
+
+
+def _rdzv_id(value: Any) -> str:
+    if _is_int(value):
+        value = str(value)
+    return _word(value, "a string")
+
+
+def _subsystems(value: Any) -> str:
+    """NCCL takes a comma-separated list; a YAML list of names means the same."""
+    if isinstance(value, list) and value and all(isinstance(v, str) and v for v in value):
+        value = ",".join(value)
+    return _word(value, "a comma-separated list of NCCL subsystems such as INIT,NET")
+
+
+def _module(value: Any) -> str:
+    text = _text(value, "a Python module name")
+    if not re.fullmatch(_MODULE, text):
+        raise Invalid(f"must be a dotted Python module name like my_pkg.train, not {show(text)}.")
+    return text
+
+
+def _scalar_text(value: Any, where: str, expected: str) -> str:
+    """A number or string as the text a program receives; ``where`` names what cannot hold NUL."""
+    if _is_int(value):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise Invalid(f"must not contain a NUL character ({where} cannot).")
+        return value
+    _fail(expected, value)
+
+
+def _env_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return _scalar_text(value, "environment values",
+                        "a string, number or boolean (quote it to be sure)")
+
+
+def _arg(value: Any) -> str:
+    return _scalar_text(value, "program arguments", "a string (quote values like 'true' or dates)")
+
+
+def _never(value: Any) -> NoReturn:  # pragma: no cover - the parser walks lists and mappings
+    raise AssertionError("walked by the parser, not checked as one value")
+
+
+_NO_NUL = "^[^\\x00]*$"
+HOST = Check(_host, {"type": "string", "pattern": _HOST}, "string")
+PORT = whole(1, "a port number between 1 and 65535", maximum=65535)
+POS_INT = whole(1, "a whole number of at least 1")
+NONNEG_INT = whole(0, "a whole number of 0 or more")
+MAX_RESTARTS = Check(_max_restarts, NONNEG_INT.schema, NONNEG_INT.summary)
+BOOL = Check(lambda v: v if isinstance(v, bool) else _fail("true or false", v),
+             {"type": "boolean"}, "bool")
+LOCAL_PATH = Check(lambda v: os.path.expanduser(_text(v, "a path")),
+                   {"type": "string", "pattern": _TEXT}, "path on this machine")
+WORKDIR = Check(_workdir, {"type": "string", "pattern": _WORKDIR},
+                "absolute path or `~/...` on the node")
+NPROC = Check(_nproc, {"anyOf": [{"type": "integer", "minimum": 1},
+                                 {"enum": list(NPROC_WORDS)}]},
+              "int ≥ 1, `gpu`, `cpu` or `auto`")
+TRANSPORT = exactly(("ssh", "local"), '"ssh" or "local"')
+BACKEND = exactly(("c10d", "static"), "one of c10d, static")
+RDZV_ID = Check(_rdzv_id, {"type": ["string", "integer"], "pattern": _WORD}, "string")
+MODULE = Check(_module, {"type": "string", "pattern": f"^{_MODULE}$"}, "dotted module name")
+SUBSYSTEMS = Check(_subsystems, {"anyOf": [
+    {"type": "string", "pattern": _WORD},
+    {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+]}, "string or list of strings")
+ARG = Check(_arg, {"type": ["string", "number"], "pattern": _NO_NUL}, "string")
+ENV_VALUE = Check(_env_value, {"type": ["string", "number", "boolean"], "pattern": _NO_NUL},
+                  "string, number or boolean")
+ARGS = ListOf(_never, {"type": ["array", "null"], "items": ARG.schema}, "list of strings", ARG)
+ENV = MappingOf(_never, {
+    "type": ["object", "null"],
+    "propertyNames": {"pattern": f"^{ENV_NAME}$", "not": {"enum": sorted(RESERVED_ENV)}},
+    "additionalProperties": ENV_VALUE.schema,
+}, "mapping NAME: value", ENV_VALUE, RESERVED_ENV)

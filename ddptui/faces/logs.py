@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import TextIO
 
 from ddptui.events import LogLine, Metric, NodeLogParser
-from ddptui.store.runs import list_runs, read_run, run_dir, state_root
+from ddptui.store import rundir
+from ddptui.store.runs import list_runs, read_run, state_root
 
 
 def _age(t: float | None) -> str:
@@ -23,7 +24,7 @@ def show_logs(root: Path | None, run_id: str | None, *, rank: int | None = None,
     if run_id is None:
         runs = list_runs(base)
         if not runs:
-            out.write(f"no runs under {base / 'runs'}\n")
+            out.write(f"no runs under {rundir.runs_dir(base)}\n")
             return 0
         out.write(f"{'RUN ID':<24} {'STARTED':<19} {'STATUS':<9} {'EXIT':>4} {'WORLD':>5}  "
                   "NODES\n")
@@ -33,15 +34,15 @@ def show_logs(root: Path | None, run_id: str | None, *, rank: int | None = None,
             out.write(f"{r.run_id:<24} {_age(r.started_at):<19} {r.status:<9} {code:>4} "
                       f"{world:>5}  {','.join(r.nodes)}\n")
         return 0
-    d = run_dir(base, run_id)
+    d = rundir.run_dir(base, run_id)
     try:
         meta = read_run(base, run_id)
     except (OSError, ValueError):
-        sys.stderr.write(f"ddptui: no run {run_id!r} under {base / 'runs'}; `ddptui logs` "
+        sys.stderr.write(f"ddptui: no run {run_id!r} under {rundir.runs_dir(base)}; `ddptui logs` "
                          "lists them\n")
         return 2
     if rank is not None:
-        p = d / "ranks" / f"rank{rank}.log"
+        p = rundir.rank_log(d, rank)
         if not p.exists():
             sys.stderr.write(f"ddptui: run {run_id} has no lines from rank {rank}\n")
             return 2
@@ -57,7 +58,7 @@ def show_logs(root: Path | None, run_id: str | None, *, rank: int | None = None,
             return 2
         names = [node]
     for name in names:
-        p = d / "nodes" / f"{name}.log"
+        p = rundir.node_log(d, name)
         if not p.exists():
             continue
         parser = NodeLogParser(name)

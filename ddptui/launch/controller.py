@@ -1,9 +1,9 @@
 """The run controller: launch, follow, stop and attach, one thread per node.
 
-Everything that touches a node is done for all nodes at once (a thread pool), so sixteen
-nodes cost about what one does. Launch is all-or-nothing: every node is probed before any
-file is written, and a failure while uploading or starting undoes what was done on every
-node, so a bad hosts file never leaves a half-started cluster.
+Everything that touches a node is done for all nodes at once (see :mod:`ddptui.launch.reach`),
+so sixteen nodes cost about what one does. Launch is all-or-nothing: every node is probed
+before any file is written, and a failure while uploading or starting undoes what was done on
+every node, so a bad hosts file never leaves a half-started cluster.
 
 Faces (the dashboard, the headless printer) read ``controller.store``; the headless face
 also registers a listener that sees every batch, so it can print every line in order.
@@ -13,115 +13,37 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
 import queue
 import secrets
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from ddptui.config import HostsConfig, NodeConfig
 from ddptui.events import Level, NodeLogParser, NodeState, NodeStatus, RunStatus, ssh_line
-from ddptui.launch import nodeops
-from ddptui.launch.follow import Batch, Finished, NodeFollower, parse_chunk, split_complete
+from ddptui.launch import nodeops, staging
+from ddptui.launch.follow import Batch, Finished, NodeFollower, replay_raw_logs
 from ddptui.launch.outcome import STOPPED_EXIT, LaunchError, RunResult, StopReport
 from ddptui.launch.plan import NodeLaunch, Plan, expand_home, make_plan, new_run_id
-from ddptui.store.runs import (
-    read_run,
-    run_dir,
-    write_json,
-)
-from ddptui.store.runs import (
-    state_root as resolve_state_root,
-)
+from ddptui.launch.reach import connect, map_at_once, probe_node
+from ddptui.launch.reach import probe_nodes as probe_nodes  # where `ddptui check` imports it
+from ddptui.store import rundir
+from ddptui.store.runs import read_run, write_run
+from ddptui.store.runs import state_root as resolve_state_root
 from ddptui.store.store import Store
 from ddptui.transport.base import Transport, TransportError
-from ddptui.transport.factory import make_transport
 
-WORKER_PACKAGE = "ddptui_worker"
-T = TypeVar("T")
-
-
-def worker_files() -> list[Path]:
-    """The bundled worker's sources, found without importing it (its ``__main__`` needs torch,
-    which the controller's own interpreter may not have)."""
-    spec = importlib.util.find_spec(WORKER_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise LaunchError([f"the bundled worker package {WORKER_PACKAGE} is not installed; "
-                           "reinstall ddptui"])
-    return sorted(Path(next(iter(spec.submodule_search_locations))).glob("*.py"))
-
-
-def _each(items: list[T], fn: Callable[[T], Any]) -> list[Any]:
-    """Run ``fn`` on every item at once; results (or the exception raised) in order."""
-    if not items:
-        return []
-
-    def guarded(item: T) -> Any:
-        try:
-            return fn(item)
-        except Exception as e:
-            return e
-
-    with ThreadPoolExecutor(max_workers=min(32, len(items))) as pool:
-        return list(pool.map(guarded, items))
-
-
-def connect(node: NodeConfig, config: HostsConfig) -> Transport:
-    t = make_transport(node, config.ssh)
-    t.connect(config.ssh.connect_timeout)
-    return t
-
-
-def probe_node(node: NodeConfig, config: HostsConfig) -> tuple[Transport, nodeops.Probe, str]:
-    """Connect and check the interpreter and torch; the open transport is kept for reuse."""
-    t = connect(node, config)
-    try:
-        res = t.run(nodeops.probe_cmd(node.python), timeout=60)
-        probe = nodeops.parse_probe(res.stdout)
-        where = f"node {node.name} ({node.host})"
-        if res.exit_code == 127 or probe is None:
-            detail = (res.stderr.strip() or res.stdout.strip()).splitlines()
-            raise LaunchError([
-                f"{where}: the python interpreter {node.python!r} does not exist or does not "
-                f"run there (exit code {res.exit_code}: {detail[-1] if detail else 'no output'}"
-                "). Set `python:` for this node (or in `defaults:`) to an interpreter that has "
-                "torch installed."])
-        if probe.torch is None:
-            raise LaunchError([
-                f"{where}: {node.python} ({probe.python}, Python {probe.version}) cannot import "
-                f"torch: {probe.torch_error}. Install torch there or point `python:` at an "
-                "environment that has it."])
-        return t, probe, t.home()
-    except BaseException:
-        t.close()
-        raise
-
-
-def probe_nodes(config: HostsConfig) -> list[str]:
-    """`ddptui check`: every node reached and probed at once; one line each; start nothing."""
-    nodes = list(config.nodes)
-    results = _each(nodes, lambda n: probe_node(n, config))
-    problems = [str(r) for r in results if isinstance(r, Exception)]
-    if problems:
-        for r in results:
-            if not isinstance(r, Exception):
-                r[0].close()
-        raise LaunchError(problems)
-    lines = []
-    for node, (t, probe, home) in zip(nodes, results, strict=True):
-        t.close()
-        lines.append(f"node {node.name} ({node.host}, hostname {probe.hostname}): "
-                     f"python {probe.version} at {probe.python}, torch {probe.torch}, "
-                     f"cuda {'yes' if probe.cuda else 'no'}, home {home}")
-    return lines
+#: The old name of :func:`ddptui.launch.reach.map_at_once`, which tests/test_transport.py imports.
+_each = map_at_once
 
 
 class Controller:
+    """One run, from launch (or attach) to its end: the only writer of its store and of
+    ``run.json``, so that the faces, ``ddptui logs`` and a later attach see one story."""
+
     def __init__(
         self,
         config: HostsConfig,
@@ -133,8 +55,8 @@ class Controller:
         self.config = config
         self.root = resolve_state_root(state_root)
         self.run_id = run_id or new_run_id(datetime.now(), secrets.token_hex(2))
-        self.local_dir = run_dir(self.root, self.run_id)
-        (self.local_dir / "nodes").mkdir(parents=True, exist_ok=True)
+        self.local_dir = rundir.run_dir(self.root, self.run_id)
+        (self.local_dir / rundir.NODES).mkdir(parents=True, exist_ok=True)
         self.store = Store(self.local_dir)
         self.store.set_run(run_id=self.run_id)
         for n in config.nodes:
@@ -154,8 +76,6 @@ class Controller:
         self._publish_lock = threading.Lock()
         self._meta: dict[str, Any] = {}
 
-    # -- small pieces ----------------------------------------------------------------------
-
     @property
     def done(self) -> bool:
         return self._done.is_set()
@@ -164,7 +84,7 @@ class Controller:
         """``fn`` sees every batch, in order, on the consumer thread (keep it quick)."""
         self._listeners.append(fn)
 
-    def _say(self, node: str, text: str, level: Level = Level.INFO) -> None:
+    def _publish_note(self, node: str, text: str, level: Level = Level.INFO) -> None:
         self._publish(Batch(node, [ssh_line(node, text, time.time(), level)], {}))
 
     def _node_state(self, node: str, status: NodeStatus, detail: str = "",
@@ -184,28 +104,20 @@ class Controller:
     def _rank_of(self, name: str) -> int:
         return self.config.node_rank(self.config.node(name))
 
-    def _remote_dir(self, name: str) -> str:
-        return self._meta["nodes"][name]["run_dir"]
+    def _node_dir(self, name: str) -> str:
+        return self._meta["nodes"][name]["run_dir"]  # run.json's key for the node dir
 
     def _write_meta(self, **changes: Any) -> None:
         self._meta.update(changes)
         data = dict(self._meta)
         data["nodes"] = list(self._meta.get("nodes", {}).values())
-        write_json(self.local_dir / "run.json", data)
+        write_run(self.local_dir, data)
 
     def _set_status(self, status: RunStatus, **changes: Any) -> None:
         """The run's status, in the store (for the faces) and in ``run.json`` (for
         ``ddptui logs`` and attach) at once, so the two never disagree."""
         self.store.set_run(status=status, **changes)
         self._write_meta(status=status, **changes)
-
-    def process_estimate(self) -> tuple[int, int]:
-        """(processes, nodes): the workers plus one torchrun agent per node."""
-        nodes = len(self.config.nodes)
-        world = (self.plan.world_size if self.plan else None) or len(self.store.ranks)
-        return world + nodes, nodes
-
-    # -- launch ----------------------------------------------------------------------------
 
     def launch(self) -> None:
         cfg = self.config
@@ -214,7 +126,7 @@ class Controller:
         names = [n.name for n in cfg.nodes]
         for n in names:
             self._node_state(n, NodeStatus.CONNECTING)
-        results = _each(list(cfg.nodes), self._connect_and_probe)
+        results = map_at_once(list(cfg.nodes), self._connect_and_probe)
         problems: list[str] = []
         homes: dict[str, str] = {}
         for node, res in zip(cfg.nodes, results, strict=True):
@@ -231,67 +143,36 @@ class Controller:
         rdzv_host = (cfg.rendezvous.endpoint or first.addr
                      or self._transports[first.name].address)
         workdirs = {n.name: expand_home(n.workdir, homes[n.name]) for n in cfg.nodes}
-        self.plan = make_plan(cfg, self.run_id, workdirs=workdirs, rdzv_host=rdzv_host,
-                              worker_module=WORKER_PACKAGE)
+        self.plan = make_plan(cfg, self.run_id, workdirs=workdirs, rdzv_host=rdzv_host)
         self.store.set_run(world_size=self.plan.world_size)
         self._write_meta(
             world_size=self.plan.world_size,
-            nodes={nl.node.name: {"name": nl.node.name, "node_rank": nl.node_rank,
-                                  "run_dir": nl.run_dir, "pgid": None}
-                   for nl in self.plan.nodes})
+            nodes={launch.node.name: {"name": launch.node.name, "node_rank": launch.node_rank,
+                                      "run_dir": launch.node_dir, "pgid": None}
+                   for launch in self.plan.nodes})
         launches = list(self.plan.nodes)
-        errs = [e for e in _each(launches, self._upload) if isinstance(e, Exception)]
+        errs = [e for e in map_at_once(launches, self._upload) if isinstance(e, Exception)]
         if errs:
             self._abort([str(e) for e in errs], cleanup=True)
-        errs = [e for e in _each(launches, self._start) if isinstance(e, Exception)]
+        errs = [e for e in map_at_once(launches, self._start) if isinstance(e, Exception)]
         if errs:
             self._abort([str(e) for e in errs], cleanup=True, kill=True)
         self._set_status(RunStatus.RUNNING)
         self._start_following({})
 
     def _connect_and_probe(self, node: NodeConfig) -> str:
-        t, _probe, home = probe_node(node, self.config)
-        self._transports[node.name] = t
+        transport, _probe, home = probe_node(node, self.config)
+        self._transports[node.name] = transport
         return home
 
-    def _upload(self, nl: NodeLaunch) -> None:
-        name = nl.node.name
-        t = self._transports[name]
-        self._node_state(name, NodeStatus.UPLOADING)
-        dirs = [nl.run_dir, f"{nl.run_dir}/torchelastic"]
-        if self.config.job.script is None:
-            dirs.append(f"{nl.run_dir}/{WORKER_PACKAGE}")
-        res = t.run(nodeops.mkdir_cmd(*dirs), timeout=30)
-        if res.exit_code != 0:
-            raise LaunchError([f"node {name}: cannot create the run directory "
-                               f"{nl.run_dir}: {res.stderr.strip()}"])
-        if self.config.job.script is None:
-            for f in worker_files():
-                t.put_bytes(f.read_bytes(), f"{nl.run_dir}/{WORKER_PACKAGE}/{f.name}")
-        elif not self.config.job.module:
-            src = Path(self.config.job.script)
-            t.put_bytes(src.read_bytes(), f"{nl.run_dir}/{src.name}", 0o755)
-        t.put_bytes(nl.script.encode(), f"{nl.run_dir}/launch.sh", 0o755)
-        t.put_bytes(b"", f"{nl.run_dir}/node.log")
+    def _upload(self, node_launch: NodeLaunch) -> None:
+        self._node_state(node_launch.node.name, NodeStatus.UPLOADING)
+        staging.upload(self._transports[node_launch.node.name], node_launch, self.config.job)
 
-    def _start(self, nl: NodeLaunch) -> None:
-        name = nl.node.name
-        t = self._transports[name]
+    def _start(self, node_launch: NodeLaunch) -> None:
+        name = node_launch.node.name
         self._node_state(name, NodeStatus.STARTING)
-        res = t.run(nodeops.start_cmd(nl.run_dir), timeout=30)
-        if res.exit_code != 0 or "started" not in res.stdout:
-            raise LaunchError([f"node {name}: could not start torchrun: "
-                               f"{res.stderr.strip() or res.stdout.strip()}"])
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                pgid = int(t.read_from(f"{nl.run_dir}/pgid", 0, 64).decode().strip())
-                break
-            except (FileNotFoundError, ValueError):
-                if time.monotonic() > deadline:
-                    raise LaunchError([f"node {name}: launch.sh did not start within 15 s"
-                                       f" (see {nl.run_dir}/node.log)"]) from None
-                time.sleep(0.05)
+        pgid = staging.start(self._transports[name], node_launch)
         self._pgids[name] = pgid
         self._meta["nodes"][name]["pgid"] = pgid
         self._node_state(name, NodeStatus.RUNNING, f"pgid {pgid}")
@@ -300,13 +181,14 @@ class Controller:
         """Undo a launch on every node, then raise: all or nothing."""
         if kill and self.plan is not None:
             self._stopping.set()
-            _each(list(self.plan.nodes), lambda nl: self._stop_node(nl.node.name, 2.0))
+            map_at_once([launch.node.name for launch in self.plan.nodes],
+                        lambda name: self._stop_node(name, 2.0))
         if cleanup and self.plan is not None:
-            def rm(nl: NodeLaunch) -> None:
-                t = self._transports.get(nl.node.name)
-                if t is not None:
-                    t.run(nodeops.remove_run_cmd(nl.run_dir), timeout=30)
-            _each(list(self.plan.nodes), rm)
+            def remove_node_dir(node_launch: NodeLaunch) -> None:
+                transport = self._transports.get(node_launch.node.name)
+                if transport is not None:
+                    transport.run(nodeops.remove_run_cmd(node_launch.node_dir), timeout=30)
+            map_at_once(list(self.plan.nodes), remove_node_dir)
         self._close_transports()
         self.store.set_run(status=RunStatus.FAILED, message=problems[0], ended_at=time.time())
         self._write_meta(status=RunStatus.FAILED, error=problems, ended_at=time.time())
@@ -314,11 +196,9 @@ class Controller:
         raise LaunchError(problems)
 
     def _close_transports(self) -> None:
-        for t in self._transports.values():
+        for transport in self._transports.values():
             with contextlib.suppress(Exception):
-                t.close()
-
-    # -- following -------------------------------------------------------------------------
+                transport.close()
 
     def _start_following(self, parsers: dict[str, NodeLogParser]) -> None:
         self._consumer = threading.Thread(target=self._consume, name="ddptui-consumer",
@@ -327,8 +207,8 @@ class Controller:
         for node in self.config.nodes:
             name = node.name
             f = NodeFollower(
-                node=name, transport=self._transports[name], remote_dir=self._remote_dir(name),
-                raw_path=self.local_dir / "nodes" / f"{name}.log",
+                node=name, transport=self._transports[name], node_dir=self._node_dir(name),
+                raw_path=rundir.node_log(self.local_dir, name),
                 parser=parsers.get(name) or NodeLogParser(name), out=self._queue,
                 pgid=self._pgids.get(name), stopping=self._stopping,
                 reconnect=functools.partial(self._reconnect, node), poll=self.poll)
@@ -336,13 +216,13 @@ class Controller:
             f.start()
 
     def _reconnect(self, node: NodeConfig) -> Transport:
-        t = connect(node, self.config)
+        transport = connect(node, self.config)
         old = self._transports.get(node.name)
-        self._transports[node.name] = t
+        self._transports[node.name] = transport
         if old is not None:
             with contextlib.suppress(Exception):
                 old.close()
-        return t
+        return transport
 
     def _consume(self) -> None:
         total = len(self.config.nodes)
@@ -411,23 +291,21 @@ class Controller:
         self._done.wait(timeout)
         return self.result
 
-    # -- stop / detach ---------------------------------------------------------------------
-
     def _stop_node(self, name: str, grace: float) -> list[int]:
         node = self.config.node(name)
-        t = self._transports.get(name)
-        if t is None:
-            t = self._reconnect(node)
-        res = t.run(nodeops.stop_cmd(node.python, self.run_id, self._rank_of(name), grace,
-                                     self._pgids.get(name), self._remote_dir(name)),
+        transport = self._transports.get(name)
+        if transport is None:
+            transport = self._reconnect(node)
+        res = transport.run(nodeops.stop_cmd(node.python, self.run_id, self._rank_of(name), grace,
+                                     self._pgids.get(name), self._node_dir(name)),
                     timeout=grace + 60)
         parsed = nodeops.parse_stop(res.stdout)
         if parsed is None:
             raise TransportError(name, f"node {name}: the stop command failed (exit code "
                                        f"{res.exit_code}): {res.stderr.strip()}")
         if parsed.killed:
-            self._say(name, f"{len(parsed.killed)} process(es) ignored SIGTERM for {grace:g} s "
-                            "and were killed", Level.WARNING)
+            self._publish_note(name, f"{len(parsed.killed)} process(es) ignored SIGTERM for "
+                                     f"{grace:g} s and were killed", Level.WARNING)
         return parsed.leftover
 
     def stop(self, grace: float | None = None) -> StopReport:
@@ -440,7 +318,7 @@ class Controller:
             if n not in self._finished:
                 self._node_state(n, NodeStatus.STOPPING, f"SIGTERM, then SIGKILL after {grace:g} s")
         report = StopReport()
-        for name, res in zip(names, _each(names, lambda n: self._stop_node(n, grace)),
+        for name, res in zip(names, map_at_once(names, lambda n: self._stop_node(n, grace)),
                              strict=True):
             if isinstance(res, Exception):
                 report.errors[name] = str(res)
@@ -482,8 +360,6 @@ class Controller:
         self._close_transports()
         self.store.close()
 
-    # -- attach ----------------------------------------------------------------------------
-
     @classmethod
     def attach(cls, run_id: str, *, state_root: Path | None = None, poll: float = 0.2,
                follow: bool = True) -> Controller:
@@ -492,7 +368,7 @@ class Controller:
         try:
             meta = read_run(root, run_id)
         except (OSError, ValueError) as e:
-            raise LaunchError([f"no run {run_id!r} under {root / 'runs'} ({e}); "
+            raise LaunchError([f"no run {run_id!r} under {rundir.runs_dir(root)} ({e}); "
                                "`ddptui logs` lists the runs there"]) from None
         config = HostsConfig.from_dict(meta["config"])
         ctl = cls(config, state_root=root, run_id=run_id, poll=poll)
@@ -502,11 +378,12 @@ class Controller:
             raise LaunchError([f"run {run_id} never started on any node "
                                f"(status {meta.get('status')})"])
         ctl._pgids = {n: v.get("pgid") for n, v in ctl._meta["nodes"].items()}
-        parsers = ctl._replay()
+        # the new store has opened no mirror file yet, so recovery may truncate them
+        parsers = replay_raw_logs(ctl.store, ctl.local_dir, [n.name for n in config.nodes])
         ctl.store.set_run(run_id=run_id, status=RunStatus.RUNNING,
                           started_at=meta.get("started_at"),
                           world_size=meta.get("world_size"))
-        errors = _each(list(config.nodes), ctl._reconnect)
+        errors = map_at_once(list(config.nodes), ctl._reconnect)
         problems = [str(e) for e in errors if isinstance(e, Exception)]
         if problems:
             ctl._close_transports()
@@ -514,25 +391,3 @@ class Controller:
         if follow:
             ctl._start_following(parsers)
         return ctl
-
-    def _replay(self) -> dict[str, NodeLogParser]:
-        """Rebuild memory from the raw copies; mirror only what the checkpoint lacks."""
-        raw_done = Store.recover(self.local_dir)  # the new store has opened no mirror file yet
-        parsers: dict[str, NodeLogParser] = {}
-        for node in self.config.nodes:
-            path = self.local_dir / "nodes" / f"{node.name}.log"
-            parser = parsers[node.name] = NodeLogParser(node.name)
-            if not path.exists():
-                continue
-            data = path.read_bytes()
-            whole, rest = split_complete(data)
-            if rest:  # a torn write from a killed controller: read those bytes again
-                with open(path, "r+b") as f:
-                    f.truncate(len(whole))
-            done = min(raw_done.get(node.name, 0), len(whole))
-            now = time.time()
-            self.store.apply(parse_chunk(parser, whole[:done], now), mirror=False)
-            self.store.apply(parse_chunk(parser, whole[done:], now), {node.name: len(whole)})
-        return parsers
-
-

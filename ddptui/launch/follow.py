@@ -28,6 +28,8 @@ from ddptui.events import (
     ssh_line,
 )
 from ddptui.launch import nodeops
+from ddptui.store import rundir
+from ddptui.store.store import Store
 from ddptui.transport.base import Transport, TransportError
 
 CHUNK = 1 << 20
@@ -62,13 +64,37 @@ def parse_chunk(parser: NodeLogParser, data: bytes, now: float) -> list[Event]:
     return events
 
 
+def replay_raw_logs(store: Store, run_dir: Path, nodes: list[str]) -> dict[str, NodeLogParser]:
+    """Rebuild ``store``'s memory from the raw copies; mirror only what the checkpoint lacks.
+
+    Call it before ``store`` has mirrored anything: recovery truncates the mirror's files. The
+    parsers come back mid-stream, so that following resumes with the state they reached.
+    """
+    raw_done = Store.recover(run_dir)
+    parsers: dict[str, NodeLogParser] = {}
+    for name in nodes:
+        path = rundir.node_log(run_dir, name)
+        parser = parsers[name] = NodeLogParser(name)
+        if not path.exists():
+            continue
+        whole, rest = split_complete(path.read_bytes())
+        if rest:  # a torn write from a killed controller: read those bytes again
+            with open(path, "r+b") as f:
+                f.truncate(len(whole))
+        done = min(raw_done.get(name, 0), len(whole))
+        now = time.time()
+        store.apply(parse_chunk(parser, whole[:done], now), mirror=False)
+        store.apply(parse_chunk(parser, whole[done:], now), {name: len(whole)})
+    return parsers
+
+
 class NodeFollower(threading.Thread):
     def __init__(
         self,
         *,
         node: str,
         transport: Transport,
-        remote_dir: str,
+        node_dir: str,
         raw_path: Path,
         parser: NodeLogParser,
         out: queue.Queue[Batch | Finished],
@@ -81,7 +107,7 @@ class NodeFollower(threading.Thread):
         super().__init__(name=f"follow-{node}", daemon=True)
         self.node = node
         self.transport = transport
-        self.remote_dir = remote_dir
+        self.node_dir = node_dir
         self.raw_path = raw_path
         self.parser = parser
         self.out = out
@@ -95,7 +121,8 @@ class NodeFollower(threading.Thread):
         self._buf = b""
         self._status = NodeStatus.RUNNING
 
-    # -- helpers ---------------------------------------------------------------------------
+    def _remote(self, name: str) -> str:
+        return rundir.in_node_dir(self.node_dir, name)
 
     def _emit(self, events: list[Event]) -> None:
         if events:
@@ -116,7 +143,7 @@ class NodeFollower(threading.Thread):
     def _read_some(self, raw: BinaryIO) -> bool:
         """Read what is new; True when anything arrived."""
         try:
-            data = self.transport.read_from(f"{self.remote_dir}/node.log",
+            data = self.transport.read_from(self._remote(rundir.NODE_LOG),
                                             self.offset + len(self._buf), CHUNK)
         except FileNotFoundError:
             return False
@@ -146,7 +173,7 @@ class NodeFollower(threading.Thread):
 
     def _exit_code(self) -> int | None:
         try:
-            data = self.transport.read_from(f"{self.remote_dir}/exit_code", 0, 64)
+            data = self.transport.read_from(self._remote(rundir.EXIT_CODE), 0, 64)
         except FileNotFoundError:
             return None
         text = data.decode().strip()
@@ -156,8 +183,6 @@ class NodeFollower(threading.Thread):
         if self.pgid is None:
             return True
         return self.transport.run(nodeops.alive_cmd(self.pgid), timeout=15).exit_code == 0
-
-    # -- the loop --------------------------------------------------------------------------
 
     def run(self) -> None:
         with open(self.raw_path, "ab") as raw:
@@ -214,7 +239,7 @@ class NodeFollower(threading.Thread):
 
     def _stop_requested(self) -> bool:
         try:
-            self.transport.read_from(f"{self.remote_dir}/stop_requested", 0, 1)
+            self.transport.read_from(self._remote(rundir.STOP_REQUESTED), 0, 1)
         except FileNotFoundError:
             return False
         return True

@@ -19,6 +19,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from ddptui.store import rundir
+
 PROBE_SRC = r"""
 import json, os, socket, sys
 out = {"python": sys.executable, "version": sys.version.split()[0],
@@ -39,7 +41,7 @@ grace = float(sys.argv[2])
 pgid = int(sys.argv[3])
 me = os.getpid()
 try:  # so a controller following from elsewhere reports "stopped", not "failed"
-    open(os.path.join(sys.argv[4], "stop_requested"), "w").close()
+    open(sys.argv[4], "w").close()
 except OSError:
     pass
 
@@ -110,23 +112,24 @@ def probe_cmd(python: str) -> str:
 
 
 def stop_cmd(python: str, run_id: str, node_rank: int, grace: float, pgid: int | None,
-             run_dir: str) -> str:
+             node_dir: str) -> str:
     return python_cmd(python, STOP_SRC, marker(run_id, node_rank), f"{grace:g}", str(pgid or 0),
-                      run_dir)
+                      rundir.in_node_dir(node_dir, rundir.STOP_REQUESTED))
 
 
 def mkdir_cmd(*paths: str) -> str:
     return "mkdir -p -- " + " ".join(shlex.quote(p) for p in paths)
 
 
-def start_cmd(run_dir: str) -> str:
+def start_cmd(node_dir: str) -> str:
     """Start launch.sh detached: own session, output appended to node.log, no tty, no stdin.
 
     The shell that ssh runs returns at once; the job survives the connection closing.
     """
-    d = shlex.quote(run_dir)
+    d = shlex.quote(node_dir)
     return (
-        f"cd {d} && (setsid sh launch.sh >> node.log 2>&1 < /dev/null &) && echo started"
+        f"cd {d} && (setsid sh {rundir.LAUNCH_SCRIPT} >> {rundir.NODE_LOG} 2>&1 < /dev/null &)"
+        " && echo started"
     )
 
 
@@ -139,10 +142,10 @@ def remove_cmd(path: str) -> str:
     return "rm -rf -- " + shlex.quote(path)
 
 
-def remove_run_cmd(node_run_dir: str) -> str:
-    """Undo a launch on a node: its run dir, and the run's dir above it once empty."""
-    parent = shlex.quote(posixpath.dirname(node_run_dir.rstrip("/")))
-    return f"{remove_cmd(node_run_dir)} && {{ rmdir -- {parent} 2>/dev/null; true; }}"
+def remove_run_cmd(node_dir: str) -> str:
+    """Undo a launch on a node: its node dir, and the run's dir above it once empty."""
+    parent = shlex.quote(posixpath.dirname(node_dir.rstrip("/")))
+    return f"{remove_cmd(node_dir)} && {{ rmdir -- {parent} 2>/dev/null; true; }}"
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Pure planning: a validated hosts file plus a run id becomes one launch per node.
 
 Everything the controller needs to start a node (its torchrun argv, the environment ddptui
-adds, the run directory and the ``launch.sh`` that ties them together) is decided here, with
+adds, its node dir and the ``launch.sh`` that ties them together) is decided here, with
 no I/O and no clock, so that every quoting and flag decision is tested without a cluster.
 Whatever the node's home directory is, the controller asks the node and passes absolute
 workdirs in; whatever address the rendezvous lives at, the controller resolves it.
@@ -18,16 +18,13 @@ from datetime import UTC, datetime
 
 from ddptui import events
 from ddptui.config import HostsConfig, NodeConfig
+from ddptui.store import rundir
 
 #: torchrun's module; ``python -m`` it so the node's ``python`` decides which torch runs.
 TORCHRUN_MODULE = "torch.distributed.run"
-#: Where every run lives under a node's workdir.
-RUNS_SUBDIR = ".ddptui/runs"
-#: launch.sh exits with this when the run dir is gone: no torchrun was started.
+#: launch.sh exits with this when the node dir is gone: no torchrun was started.
 EXIT_NO_RUN_DIR = 97
 
-_RUN_ID_RE = re.compile(r"[A-Za-z0-9._-]+\Z")
-_RAND_RE = re.compile(r"[A-Za-z0-9._-]+\Z")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -35,7 +32,7 @@ _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 class NodeLaunch:
     node: NodeConfig
     node_rank: int
-    run_dir: str  # absolute on the node: <workdir>/.ddptui/runs/<run_id>/node<node_rank>
+    node_dir: str  # absolute on the node (see ddptui.store.rundir); launch.sh runs in it
     argv: tuple[str, ...]  # [python, "-m", "torch.distributed.run", *flags, entry..., *args]
     env: dict[str, str]  # only what ddptui sets (not the node's whole environment)
     script: str  # the launch.sh text
@@ -43,7 +40,12 @@ class NodeLaunch:
     @property
     def log_dir(self) -> str:
         """torchrun's ``--log-dir``: per-rank stdout/stderr and ``error.json`` files."""
-        return posixpath.join(self.run_dir, "torchelastic")
+        return rundir.in_node_dir(self.node_dir, rundir.TORCHELASTIC)
+
+    @property
+    def run_dir(self) -> str:
+        """The node dir under its old name, which the plan's tests still read."""
+        return self.node_dir
 
 
 @dataclass(frozen=True)
@@ -73,15 +75,11 @@ def expand_home(path: str, home: str) -> str:
 
 def new_run_id(now: datetime, rand: str) -> str:
     """Sortable by time (UTC when ``now`` knows its zone) and safe in paths and shells."""
-    if not _RAND_RE.match(rand):
+    if not rundir.RUN_ID_RE.match(rand):
         raise ValueError(f"run id suffix must match [A-Za-z0-9._-]+, not {rand!r}")
     if now.tzinfo is not None:
         now = now.astimezone(UTC)
     return f"{now:%Y%m%d-%H%M%S}-{rand}"
-
-
-def run_dir(workdir: str, run_id: str, node_rank: int) -> str:
-    return posixpath.join(workdir, RUNS_SUBDIR, run_id, f"node{node_rank}")
 
 
 def endpoint_host(host: str) -> str:
@@ -97,16 +95,16 @@ def make_plan(
     *,
     workdirs: Mapping[str, str],
     rdzv_host: str,
-    worker_module: str = "ddptui_worker",
+    worker_module: str = rundir.WORKER_PACKAGE,
     script_paths: Mapping[str, str] | None = None,
 ) -> Plan:
     """One :class:`NodeLaunch` per node, in node-rank order.
 
     ``workdirs`` (node name -> absolute workdir) and ``script_paths`` (node name -> the
-    uploaded user script there; default ``<run_dir>/<script's file name>``) come from the
+    uploaded user script there; default ``<node dir>/<script's file name>``) come from the
     controller because only it talks to the nodes.
     """
-    if not _RUN_ID_RE.match(run_id):
+    if not rundir.RUN_ID_RE.match(run_id):
         raise ValueError(f"run id must match [A-Za-z0-9._-]+, not {run_id!r}")
     if not rdzv_host or any(c.isspace() for c in rdzv_host):
         raise ValueError(f"rendezvous host must be a host name or address, not {rdzv_host!r}")
@@ -116,23 +114,23 @@ def make_plan(
         workdir = workdirs.get(node.name)
         if workdir is None or not workdir.startswith("/"):
             raise ValueError(f"node {node.name!r} needs an absolute workdir, got {workdir!r}")
-        rdir = run_dir(workdir, run_id, rank)
-        entry = _entry(config, node, rdir, worker_module, script_paths)
+        ndir = rundir.node_dir(workdir, run_id, rank)
+        entry = _entry(config, node, ndir, worker_module, script_paths)
         argv = (
             node.python, "-m", TORCHRUN_MODULE,
-            *torchrun_flags(config, node, rank, run_id, rdir, rdzv_host),
+            *torchrun_flags(config, node, rank, run_id, ndir, rdzv_host),
             *entry, *config.job.args,
         )
         env = node_env(config, node, run_id, rank)
-        launches.append(NodeLaunch(node, rank, rdir, argv, env,
-                                   launch_script(run_id, node.name, rank, rdir, argv, env)))
+        launches.append(NodeLaunch(node, rank, ndir, argv, env,
+                                   launch_script(run_id, node.name, rank, ndir, argv, env)))
     counts = [n.nproc_per_node for n in config.nodes if isinstance(n.nproc_per_node, int)]
     world = sum(counts) if len(counts) == len(config.nodes) else None
     return Plan(run_id, tuple(launches), world)
 
 
 def torchrun_flags(
-    config: HostsConfig, node: NodeConfig, node_rank: int, run_id: str, rdir: str,
+    config: HostsConfig, node: NodeConfig, node_rank: int, run_id: str, ndir: str,
     rdzv_host: str,
 ) -> list[str]:
     """Flags as named in torch/distributed/run.py; the fixed ``--nnodes N`` keeps it
@@ -167,24 +165,24 @@ def torchrun_flags(
     flags += ["--max-restarts", str(job.max_restarts)]
     if job.monitor_interval is not None:
         flags += ["--monitor-interval", _number(job.monitor_interval)]
-    flags += ["--tee", "3", "--log-dir", posixpath.join(rdir, "torchelastic")]
+    flags += ["--tee", "3", "--log-dir", rundir.in_node_dir(ndir, rundir.TORCHELASTIC)]
     if node.addr is not None:
         flags += ["--local-addr", node.addr]
     return flags
 
 
 def _entry(
-    config: HostsConfig, node: NodeConfig, rdir: str, worker_module: str,
+    config: HostsConfig, node: NodeConfig, ndir: str, worker_module: str,
     script_paths: Mapping[str, str] | None,
 ) -> list[str]:
     job = config.job
-    if job.script is None:
-        return ["-m", worker_module]  # cwd is the run dir, where the worker is uploaded
+    if job.script is None:  # job.is_bundled_worker, spelled so that mypy narrows job.script
+        return ["-m", worker_module]  # cwd is the node dir, where the worker is uploaded
     if job.module:
         return ["-m", job.script]
     if script_paths is not None and node.name in script_paths:
         return [script_paths[node.name]]
-    return [posixpath.join(rdir, posixpath.basename(job.script.replace("\\", "/")))]
+    return [posixpath.join(ndir, posixpath.basename(job.script.replace("\\", "/")))]
 
 
 def node_env(config: HostsConfig, node: NodeConfig, run_id: str, node_rank: int) -> dict[str, str]:
@@ -220,7 +218,7 @@ def _comment(text: str) -> str:
 
 
 def launch_script(
-    run_id: str, name: str, node_rank: int, rdir: str, argv: tuple[str, ...],
+    run_id: str, name: str, node_rank: int, ndir: str, argv: tuple[str, ...],
     env: Mapping[str, str],
 ) -> str:
     """The POSIX sh the controller starts detached with ``setsid sh launch.sh``.
@@ -231,7 +229,7 @@ def launch_script(
     for key in env:
         if not _ENV_NAME_RE.match(key):
             raise ValueError(f"not an environment variable name: {key!r}")
-    for value in (*argv, *env.values(), rdir):
+    for value in (*argv, *env.values(), ndir):
         if "\x00" in value:
             raise ValueError("a NUL character cannot be passed to a process")
     human = shlex.join(["torchrun", *argv[3:]])
@@ -239,12 +237,12 @@ def launch_script(
         "#!/bin/sh",
         _comment(f"# ddptui run {run_id}, node {name} (node rank {node_rank})"),
         _comment(f"# {human}"),
-        f"cd {quote(rdir)} || exit {EXIT_NO_RUN_DIR}",
-        "echo $$ > pgid",
+        f"cd {quote(ndir)} || exit {EXIT_NO_RUN_DIR}",
+        f"echo $$ > {rundir.PGID}",
         *(f"export {key}={quote(env[key])}" for key in sorted(env)),
         " ".join(quote(a) for a in argv),
         "rc=$?",
-        'echo "$rc" > exit_code.tmp && mv exit_code.tmp exit_code',
+        f'echo "$rc" > {rundir.EXIT_CODE}.tmp && mv {rundir.EXIT_CODE}.tmp {rundir.EXIT_CODE}',
         'exit "$rc"',
     ]
     return "\n".join(lines) + "\n"

@@ -1,7 +1,8 @@
-"""The local run directory's index: ``run.json``, where runs live, and the list of past runs.
+"""Past runs on this machine: ``run.json`` read and written, and the list of runs.
 
 ``run.json`` holds everything needed to reopen a run without the hosts file: the config as
-resolved (the file may have changed since), and for each node its run dir and process group.
+resolved (the file may have changed since), and for each node its node dir (under the key
+``run_dir``, as older runs wrote it) and process group.
 """
 
 from __future__ import annotations
@@ -13,28 +14,29 @@ from pathlib import Path
 from typing import Any
 
 from ddptui.events import RunStatus
+from ddptui.store import rundir
 
 
 def state_root(explicit: Path | None = None) -> Path:
+    """``explicit`` (``--state-dir``), else the XDG state dir of this user."""
     if explicit is not None:
         return explicit
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local",
-                                                            "state")
-    return Path(base) / "ddptui"
-
-
-def run_dir(root: Path, run_id: str) -> Path:
-    return root / "runs" / run_id
+    return rundir.state_dir(os.environ.get("XDG_STATE_HOME"), os.path.expanduser("~"))
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Through a rename, so that a reader (``ddptui logs``, attach) never sees half of it."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, default=str))
     os.replace(tmp, path)
 
 
+def write_run(run_dir: Path, data: dict[str, Any]) -> None:
+    write_json(run_dir / rundir.RUN_JSON, data)
+
+
 def read_run(root: Path, run_id: str) -> dict[str, Any]:
-    p = run_dir(root, run_id) / "run.json"
+    p = rundir.run_dir(root, run_id) / rundir.RUN_JSON
     return json.loads(p.read_text())
 
 
@@ -51,13 +53,13 @@ class RunSummary:
 
 def list_runs(root: Path | None = None) -> list[RunSummary]:
     """Past and running runs, newest first; unreadable entries are skipped, not fatal."""
-    runs = state_root(root) / "runs"
+    runs = rundir.runs_dir(state_root(root))
     out: list[RunSummary] = []
     if not runs.is_dir():
         return out
     for d in runs.iterdir():
         try:
-            data = json.loads((d / "run.json").read_text())
+            data = json.loads((d / rundir.RUN_JSON).read_text())
         except (OSError, ValueError):
             continue
         out.append(RunSummary(

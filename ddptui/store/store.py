@@ -4,22 +4,18 @@ One writer (the controller's consumer thread) calls :meth:`Store.apply` with bat
 number of readers (the headless printer, the engine process's sender) read under a short lock.
 A store in another process (the dashboard's) is a replica: built from :meth:`Store.subscribe`'s
 snapshot, then kept up to date with every later change, in order (see ``ddptui.engine.wire``).
-The disk mirror is exactly-once across a killed controller: after each batch it records the
-size of every file it appends to, together with how far into each node's raw log the batch
-reached, in one atomically replaced ``checkpoint.json``. Recovery truncates the files to
-those sizes and replays the raw log from there (see :meth:`Store.recover`).
+The store that the controller owns also writes every batch to its disk mirror, exactly once
+across a killed controller (see :mod:`ddptui.store.mirror`).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from ddptui.events import (
     Event,
@@ -29,15 +25,12 @@ from ddptui.events import (
     NodeState,
     NodeStatus,
     RunStatus,
-    Source,
-    all_view_text,
-    in_all_view,
 )
+from ddptui.store import rundir
+from ddptui.store.mirror import Mirror, recover_to_checkpoint
 
-CHECKPOINT = "checkpoint.json"
 #: A change as a replica applies it: ("apply", events), ("run", changes), ("node", name, rank).
 Change = tuple[Any, ...]
-ALL_LINES = "lines.log"  # every line as the all-ranks view shows it, in arrival order
 
 
 @dataclass
@@ -124,9 +117,7 @@ class Store:
         self.run = RunInfo()
         self.version = 0
         self.points = 0  # series points so far: the chart redraws only when this moved
-        self._mirror = _Mirror(run_dir) if run_dir is not None and mirrored else None
-
-    # -- writing ---------------------------------------------------------------------------
+        self._mirror = Mirror(run_dir) if run_dir is not None and mirrored else None
 
     def add_node(self, name: str, node_rank: int) -> None:
         with self._write_lock:
@@ -300,8 +291,6 @@ class Store:
             s.values.append(value)
             self.points += 1
 
-    # -- reading ---------------------------------------------------------------------------
-
     @property
     def seq(self) -> int:
         return self._seq
@@ -323,19 +312,15 @@ class Store:
             return lines, newest, skipped
 
     def recent_lines(self, n: int | None = None) -> list[LogLine]:
+        """The newest ``n`` lines of the all-ranks ring (all of it when ``n`` is None)."""
         with self._lock:
-            if n is None or n >= len(self._lines):
-                return list(self._lines)
-            return [self._lines[i] for i in range(len(self._lines) - n, len(self._lines))]
+            return _tail(self._lines, n)
 
     def rank_tail(self, rank: int, n: int | None = None) -> list[LogLine]:
+        """The newest ``n`` lines of one rank's ring (all of it when ``n`` is None)."""
         with self._lock:
             ring = self._rank_lines.get(rank)
-            if ring is None:
-                return []
-            if n is None or n >= len(ring):
-                return list(ring)
-            return [ring[i] for i in range(len(ring) - n, len(ring))]
+            return [] if ring is None else _tail(ring, n)
 
     def series(self, rank: int, name: str) -> tuple[list[int], list[float]]:
         with self._lock:
@@ -359,41 +344,21 @@ class Store:
             return list(self.failures)
 
     def rank_log_path(self, rank: int) -> Path | None:
-        return None if self.run_dir is None else self.run_dir / "ranks" / f"rank{rank}.log"
+        return None if self.run_dir is None else rundir.rank_log(self.run_dir, rank)
 
     def all_log_path(self) -> Path | None:
-        return None if self.run_dir is None else self.run_dir / ALL_LINES
+        return None if self.run_dir is None else self.run_dir / rundir.ALL_LINES
 
     def node_log_path(self, node: str) -> Path | None:
-        return None if self.run_dir is None else self.run_dir / "nodes" / f"{node}.log"
+        return None if self.run_dir is None else rundir.node_log(self.run_dir, node)
 
     def close(self) -> None:
         with self._write_lock:
             if self._mirror is not None:
                 self._mirror.close()
 
-    # -- recovery --------------------------------------------------------------------------
-
-    @staticmethod
-    def recover(run_dir: Path) -> dict[str, int]:
-        """Truncate the mirror to its last checkpoint; return how far each raw log was applied."""
-        path = run_dir / CHECKPOINT  # none yet: nothing written counts, remove it all
-        data = json.loads(path.read_text()) if path.exists() else {}
-        sizes: dict[str, int] = data.get("sizes", {})
-        for rel, size in sizes.items():
-            p = run_dir / rel
-            if p.exists() and p.stat().st_size > size:
-                with open(p, "r+b") as fh:
-                    fh.truncate(size)
-        ranks = run_dir / "ranks"
-        if ranks.is_dir():  # files created after the checkpoint hold nothing that counts
-            for p in ranks.iterdir():
-                if f"ranks/{p.name}" not in sizes:
-                    p.unlink()
-        for name in ("metrics.jsonl", "events.jsonl", ALL_LINES):
-            if name not in sizes and (run_dir / name).exists():
-                (run_dir / name).unlink()
-        return {k: int(v) for k, v in data.get("raw_done", {}).items()}
+    #: Kept on the store, where attach and the tests look for it.
+    recover = staticmethod(recover_to_checkpoint)
 
 
 def _copy_node(n: NodeView) -> NodeView:
@@ -402,76 +367,9 @@ def _copy_node(n: NodeView) -> NodeView:
     return c
 
 
-class _Mirror:
-    """Append-only files under the local run dir, plus the checkpoint that makes them exact."""
-
-    def __init__(self, run_dir: Path) -> None:
-        self.run_dir = run_dir
-        (run_dir / "ranks").mkdir(parents=True, exist_ok=True)
-        self._files: dict[str, IO[bytes]] = {}
-        self._sizes: dict[str, int] = {}
-        self._raw_done: dict[str, int] = {}
-        ck = run_dir / CHECKPOINT
-        if ck.exists():
-            data = json.loads(ck.read_text())
-            self._raw_done = {k: int(v) for k, v in data.get("raw_done", {}).items()}
-
-    def _append(self, rel: str, data: bytes) -> None:
-        f = self._files.get(rel)
-        if f is None:
-            f = self._files[rel] = open(self.run_dir / rel, "ab")  # noqa: SIM115
-            self._sizes[rel] = f.tell()
-        f.write(data)
-        self._sizes[rel] += len(data)
-
-    def write(self, events: Iterable[Event], raw_done: dict[str, int]) -> None:
-        per_file: dict[str, list[str]] = {}
-        shown = per_file.setdefault(ALL_LINES, [])  # the all-ranks view, for its scrollback
-        for ev in events:
-            line = ev.as_line() if isinstance(ev, Metric) else ev
-            if isinstance(line, LogLine):
-                if in_all_view(line):
-                    shown.append(all_view_text(line))
-                if line.rank is not None:
-                    per_file.setdefault(f"ranks/rank{line.rank}.log", []).append(line.text)
-                elif line.source is Source.SSH:  # ddptui's own words are in no raw node log
-                    per_file.setdefault("events.jsonl", []).append(json.dumps(event_record(line)))
-            if isinstance(ev, Metric):
-                rec = {"node": ev.node, "rank": ev.rank, "kind": ev.kind, "step": ev.step,
-                       "time": ev.time, "attempt": ev.attempt, **ev.values, **ev.extra}
-                per_file.setdefault("metrics.jsonl", []).append(json.dumps(rec))
-            elif not isinstance(ev, LogLine):
-                per_file.setdefault("events.jsonl", []).append(json.dumps(event_record(ev)))
-        if not shown:
-            del per_file[ALL_LINES]
-        for rel, lines in per_file.items():
-            self._append(rel, ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
-        for f in self._files.values():
-            f.flush()
-        if not per_file and not raw_done:
-            return
-        self._raw_done.update(raw_done)
-        tmp = self.run_dir / (CHECKPOINT + ".tmp")
-        tmp.write_text(json.dumps({"sizes": self._sizes, "raw_done": self._raw_done}))
-        os.replace(tmp, self.run_dir / CHECKPOINT)
-
-    def close(self) -> None:
-        for f in self._files.values():
-            f.close()
-        self._files.clear()
-
-
-def event_record(ev: NodeState | Failure | LogLine) -> dict[str, Any]:
-    """A JSON-able record of a non-line event, for events.jsonl and `ddptui logs`."""
-    if isinstance(ev, NodeState):
-        return {"type": "node_state", "node": ev.node, "status": str(ev.status), "time": ev.time,
-                "detail": ev.detail, "pid": ev.pid, "exit_code": ev.exit_code,
-                "attempt": ev.attempt}
-    if isinstance(ev, Failure):
-        return {"type": "failure", "node": ev.node, "rank": ev.rank, "exit_code": ev.exit_code,
-                "signal": ev.signal, "root_cause": ev.root_cause, "time": ev.time,
-                "local_rank": ev.local_rank, "host": ev.host, "error_file": ev.error_file,
-                "traceback": ev.traceback}
-    return {"type": "line", "node": ev.node, "text": ev.text, "source": str(ev.source),
-            "level": str(ev.level), "rank": ev.rank, "time": ev.time}
-
+def _tail(ring: deque[LogLine], n: int | None) -> list[LogLine]:
+    """Indexing from the end: a deque cannot be sliced, and copying it all to slice a list
+    would cost the whole ring for a screenful."""
+    if n is None or n >= len(ring):
+        return list(ring)
+    return [ring[i] for i in range(len(ring) - n, len(ring))]

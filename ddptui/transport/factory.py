@@ -10,6 +10,6 @@ from ddptui.transport.ssh import SSHTransport
 
 def make_transport(node: NodeConfig, options: SSHOptions | None = None) -> Transport:
     """``transport: local`` runs here via subprocess; everything else goes over SSH."""
-    if node.transport == "local":
+    if node.is_local:
         return LocalTransport(node)
     return SSHTransport(node, options or SSHOptions())

@@ -1,0 +1,85 @@
+"""Reaching nodes: connect, probe the interpreter and torch, and do it on every node at once.
+
+Everything that touches a node is done for all nodes at once (a thread pool), so sixteen
+nodes cost about what one does; one node's failure is a result beside the others, not an
+exception that hides them, so a person sees every bad node of a hosts file in one go.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from ddptui.config import HostsConfig, NodeConfig
+from ddptui.launch import nodeops
+from ddptui.launch.outcome import LaunchError
+from ddptui.transport.base import Transport
+from ddptui.transport.factory import make_transport
+
+T = TypeVar("T")
+
+
+def map_at_once(items: list[T], fn: Callable[[T], Any]) -> list[Any]:
+    """Run ``fn`` on every item at once; results (or the exception raised) in order."""
+    if not items:
+        return []
+
+    def guarded(item: T) -> Any:
+        try:
+            return fn(item)
+        except Exception as e:
+            return e
+
+    with ThreadPoolExecutor(max_workers=min(32, len(items))) as pool:
+        return list(pool.map(guarded, items))
+
+
+def connect(node: NodeConfig, config: HostsConfig) -> Transport:
+    transport = make_transport(node, config.ssh)
+    transport.connect(config.ssh.connect_timeout)
+    return transport
+
+
+def probe_node(node: NodeConfig, config: HostsConfig) -> tuple[Transport, nodeops.Probe, str]:
+    """Connect and check the interpreter and torch; the open transport is kept for reuse."""
+    transport = connect(node, config)
+    try:
+        res = transport.run(nodeops.probe_cmd(node.python), timeout=60)
+        probe = nodeops.parse_probe(res.stdout)
+        where = f"node {node.name} ({node.host})"
+        if res.exit_code == 127 or probe is None:
+            detail = (res.stderr.strip() or res.stdout.strip()).splitlines()
+            raise LaunchError([
+                f"{where}: the python interpreter {node.python!r} does not exist or does not "
+                f"run there (exit code {res.exit_code}: {detail[-1] if detail else 'no output'}"
+                "). Set `python:` for this node (or in `defaults:`) to an interpreter that has "
+                "torch installed."])
+        if probe.torch is None:
+            raise LaunchError([
+                f"{where}: {node.python} ({probe.python}, Python {probe.version}) cannot import "
+                f"torch: {probe.torch_error}. Install torch there or point `python:` at an "
+                "environment that has it."])
+        return transport, probe, transport.home()
+    except BaseException:
+        transport.close()
+        raise
+
+
+def probe_nodes(config: HostsConfig) -> list[str]:
+    """`ddptui check`: every node reached and probed at once; one line each; start nothing."""
+    nodes = list(config.nodes)
+    results = map_at_once(nodes, lambda n: probe_node(n, config))
+    problems = [str(r) for r in results if isinstance(r, Exception)]
+    if problems:
+        for r in results:
+            if not isinstance(r, Exception):
+                r[0].close()
+        raise LaunchError(problems)
+    lines = []
+    for node, (transport, probe, home) in zip(nodes, results, strict=True):
+        transport.close()
+        lines.append(f"node {node.name} ({node.host}, hostname {probe.hostname}): "
+                     f"python {probe.version} at {probe.python}, torch {probe.torch}, "
+                     f"cuda {'yes' if probe.cuda else 'no'}, home {home}")
+    return lines

@@ -1,0 +1,72 @@
+"""Putting one planned node in place: its node dir filled, then ``launch.sh`` started.
+
+Kept apart from the controller's bookkeeping so that each step reads as what it does on the
+node; the controller runs them on every node at once and undoes them all if one fails.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from pathlib import Path
+
+from ddptui.config import JobConfig
+from ddptui.launch import nodeops
+from ddptui.launch.outcome import LaunchError
+from ddptui.launch.plan import NodeLaunch
+from ddptui.store import rundir
+from ddptui.transport.base import Transport
+
+#: How long launch.sh may take to write its pgid before the node counts as not started.
+START_TIMEOUT_S = 15
+
+
+def worker_files() -> list[Path]:
+    """The bundled worker's sources, found without importing it (its ``__main__`` needs torch,
+    which the controller's own interpreter may not have)."""
+    spec = importlib.util.find_spec(rundir.WORKER_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise LaunchError([f"the bundled worker package {rundir.WORKER_PACKAGE} is not "
+                           "installed; reinstall ddptui"])
+    return sorted(Path(next(iter(spec.submodule_search_locations))).glob("*.py"))
+
+
+def upload(transport: Transport, node_launch: NodeLaunch, job: JobConfig) -> None:
+    """The node dir with everything ``launch.sh`` needs, and an empty ``node.log`` so that a
+    follower that reads before torchrun writes finds the file."""
+    ndir = node_launch.node_dir
+    worker_dir = rundir.in_node_dir(ndir, rundir.WORKER_PACKAGE)
+    dirs = [ndir, node_launch.log_dir, *([worker_dir] if job.is_bundled_worker else [])]
+    res = transport.run(nodeops.mkdir_cmd(*dirs), timeout=30)
+    if res.exit_code != 0:
+        raise LaunchError([f"node {node_launch.node.name}: cannot create the run directory "
+                           f"{ndir}: {res.stderr.strip()}"])
+    if job.script is None:  # job.is_bundled_worker, spelled so that mypy narrows job.script
+        for f in worker_files():
+            transport.put_bytes(f.read_bytes(), rundir.in_node_dir(worker_dir, f.name))
+    elif not job.module:
+        src = Path(job.script)
+        transport.put_bytes(src.read_bytes(), rundir.in_node_dir(ndir, src.name), 0o755)
+    script = rundir.in_node_dir(ndir, rundir.LAUNCH_SCRIPT)
+    transport.put_bytes(node_launch.script.encode(), script, 0o755)
+    transport.put_bytes(b"", rundir.in_node_dir(ndir, rundir.NODE_LOG))
+
+
+def start(transport: Transport, node_launch: NodeLaunch) -> int:
+    """Start ``launch.sh`` detached and return its process group, once it has written it."""
+    name = node_launch.node.name
+    res = transport.run(nodeops.start_cmd(node_launch.node_dir), timeout=30)
+    if res.exit_code != 0 or "started" not in res.stdout:
+        raise LaunchError([f"node {name}: could not start torchrun: "
+                           f"{res.stderr.strip() or res.stdout.strip()}"])
+    pgid_path = rundir.in_node_dir(node_launch.node_dir, rundir.PGID)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        try:
+            return int(transport.read_from(pgid_path, 0, 64).decode().strip())
+        except (FileNotFoundError, ValueError):
+            if time.monotonic() > deadline:
+                log = rundir.in_node_dir(node_launch.node_dir, rundir.NODE_LOG)
+                raise LaunchError([f"node {name}: launch.sh did not start within "
+                                   f"{START_TIMEOUT_S} s (see {log})"]) from None
+            time.sleep(0.05)

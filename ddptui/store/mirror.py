@@ -1,0 +1,136 @@
+"""The store's disk mirror: append-only files under the local run dir, exact across a kill.
+
+After each batch the mirror records the size of every file it appends to, together with how
+far into each node's raw log the batch reached, in one atomically replaced checkpoint. A
+controller killed between the two leaves files longer than the checkpoint says:
+:func:`recover_to_checkpoint` truncates them back, and the raw logs are replayed from there,
+so no line is mirrored twice or lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import IO, Any
+
+from ddptui.events import (
+    Event,
+    Failure,
+    LogLine,
+    Metric,
+    NodeState,
+    Source,
+    all_view_text,
+    in_all_view,
+)
+from ddptui.store import rundir
+
+#: The files recovery removes when the checkpoint never saw them (rank logs aside).
+_WHOLE_RUN_FILES = (rundir.METRICS, rundir.EVENTS, rundir.ALL_LINES)
+
+
+class Mirror:
+    """Keeps each file open for appending; only :class:`ddptui.store.store.Store` writes it."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        (run_dir / rundir.RANKS).mkdir(parents=True, exist_ok=True)
+        self._files: dict[str, IO[bytes]] = {}
+        self._sizes: dict[str, int] = {}
+        self._raw_done: dict[str, int] = {}
+        ck = run_dir / rundir.CHECKPOINT
+        if ck.exists():
+            data = json.loads(ck.read_text())
+            self._raw_done = {k: int(v) for k, v in data.get("raw_done", {}).items()}
+
+    def _append(self, rel: str, data: bytes) -> None:
+        f = self._files.get(rel)
+        if f is None:
+            f = self._files[rel] = open(self.run_dir / rel, "ab")  # noqa: SIM115
+            self._sizes[rel] = f.tell()
+        f.write(data)
+        self._sizes[rel] += len(data)
+
+    def write(self, events: Iterable[Event], raw_done: dict[str, int]) -> None:
+        per_file = _records_by_file(events)
+        for rel, lines in per_file.items():
+            self._append(rel, ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
+        for f in self._files.values():
+            f.flush()
+        if not per_file and not raw_done:
+            return
+        self._raw_done.update(raw_done)
+        tmp = self.run_dir / (rundir.CHECKPOINT + ".tmp")
+        tmp.write_text(json.dumps({"sizes": self._sizes, "raw_done": self._raw_done}))
+        os.replace(tmp, self.run_dir / rundir.CHECKPOINT)
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
+
+
+def _records_by_file(events: Iterable[Event]) -> dict[str, list[str]]:
+    """Each event's line or JSON record, under the run-dir-relative name of its file."""
+    per_file: dict[str, list[str]] = {}
+    shown = per_file.setdefault(rundir.ALL_LINES, [])  # the all-ranks view, for its scrollback
+    for ev in events:
+        line = ev.as_line() if isinstance(ev, Metric) else ev
+        if isinstance(line, LogLine):
+            if in_all_view(line):
+                shown.append(all_view_text(line))
+            if line.rank is not None:
+                per_file.setdefault(rundir.rank_log_name(line.rank), []).append(line.text)
+            elif line.source is Source.SSH:  # ddptui's own words are in no raw node log
+                per_file.setdefault(rundir.EVENTS, []).append(json.dumps(event_record(line)))
+        if isinstance(ev, Metric):
+            rec = {"node": ev.node, "rank": ev.rank, "kind": ev.kind, "step": ev.step,
+                   "time": ev.time, "attempt": ev.attempt, **ev.values, **ev.extra}
+            per_file.setdefault(rundir.METRICS, []).append(json.dumps(rec))
+        elif not isinstance(ev, LogLine):
+            per_file.setdefault(rundir.EVENTS, []).append(json.dumps(event_record(ev)))
+    if not shown:
+        del per_file[rundir.ALL_LINES]
+    return per_file
+
+
+def recover_to_checkpoint(run_dir: Path) -> dict[str, int]:
+    """Truncate the mirror to its last checkpoint; return how far each raw log was applied.
+
+    Call it before a store opens the mirror: files created after the checkpoint hold nothing
+    that counts, and without a checkpoint nothing written counts at all.
+    """
+    path = run_dir / rundir.CHECKPOINT
+    data = json.loads(path.read_text()) if path.exists() else {}
+    sizes: dict[str, int] = data.get("sizes", {})
+    for rel, size in sizes.items():
+        p = run_dir / rel
+        if p.exists() and p.stat().st_size > size:
+            with open(p, "r+b") as fh:
+                fh.truncate(size)
+    ranks = run_dir / rundir.RANKS
+    if ranks.is_dir():
+        for p in ranks.iterdir():
+            if f"{rundir.RANKS}/{p.name}" not in sizes:
+                p.unlink()
+    for name in _WHOLE_RUN_FILES:
+        if name not in sizes and (run_dir / name).exists():
+            (run_dir / name).unlink()
+    return {k: int(v) for k, v in data.get("raw_done", {}).items()}
+
+
+def event_record(ev: NodeState | Failure | LogLine) -> dict[str, Any]:
+    """A JSON-able record of a non-line event, for events.jsonl and `ddptui logs`."""
+    if isinstance(ev, NodeState):
+        return {"type": "node_state", "node": ev.node, "status": str(ev.status), "time": ev.time,
+                "detail": ev.detail, "pid": ev.pid, "exit_code": ev.exit_code,
+                "attempt": ev.attempt}
+    if isinstance(ev, Failure):
+        return {"type": "failure", "node": ev.node, "rank": ev.rank, "exit_code": ev.exit_code,
+                "signal": ev.signal, "root_cause": ev.root_cause, "time": ev.time,
+                "local_rank": ev.local_rank, "host": ev.host, "error_file": ev.error_file,
+                "traceback": ev.traceback}
+    return {"type": "line", "node": ev.node, "text": ev.text, "source": str(ev.source),
+            "level": str(ev.level), "rank": ev.rank, "time": ev.time}

@@ -1,0 +1,91 @@
+"""Every path name a run has, on its nodes and here: the one place they are spelled.
+
+A run lives in two kinds of directory, named apart so that no variable can mean both:
+
+* the **node dir**, on a node: ``<workdir>/.ddptui/runs/<run_id>/node<rank>/`` (a string,
+  POSIX, as the node sees it), holding ``launch.sh``, the ``node.log`` torchrun's output is
+  appended to, the ``pgid`` and ``exit_code`` that ``launch.sh`` writes, torchrun's
+  ``torchelastic/`` log dir and, for the bundled worker, ``ddptui_worker/``;
+* the **run dir**, on this machine: ``<state root>/runs/<run_id>/`` (a :class:`Path`), holding
+  ``run.json``, the raw copy of each node's log in ``nodes/``, the disk mirror (``ranks/``,
+  ``lines.log``, ``metrics.jsonl``, ``events.jsonl``, ``checkpoint.json``) and the engine's
+  ``engine.log``.
+
+Pure string and path building, like :mod:`ddptui.launch.plan` that uses it: no I/O, no
+environment (:func:`ddptui.store.runs.state_root` reads ``$XDG_STATE_HOME``).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from pathlib import Path
+
+#: What a run id (and its random suffix) may hold: it names directories on every node and
+#: here, and appears unquoted in the ``DDPTUI_RUN`` marker.
+RUN_ID_RE = re.compile(r"[A-Za-z0-9._-]+\Z")
+
+# On a node, under its workdir.
+NODE_RUNS = ".ddptui/runs"
+LAUNCH_SCRIPT = "launch.sh"
+NODE_LOG = "node.log"
+PGID = "pgid"
+EXIT_CODE = "exit_code"
+#: Written by the stop command, so a controller following from elsewhere says "stopped".
+STOP_REQUESTED = "stop_requested"
+#: torchrun's ``--log-dir``: per-rank stdout/stderr and ``error.json`` files.
+TORCHELASTIC = "torchelastic"
+#: The bundled worker's upload, named as its package: ``python -m`` finds it from the node dir.
+WORKER_PACKAGE = "ddptui_worker"
+
+# Here, under the state root.
+STATE_DIR = "ddptui"
+RUNS = "runs"
+RUN_JSON = "run.json"
+NODES = "nodes"
+RANKS = "ranks"
+#: Every line as the all-ranks view shows it, in arrival order.
+ALL_LINES = "lines.log"
+METRICS = "metrics.jsonl"
+EVENTS = "events.jsonl"
+#: Sizes of the mirror's files and how far each raw log reached, replaced atomically.
+CHECKPOINT = "checkpoint.json"
+#: The engine process's stdout and stderr, which would otherwise tear the dashboard's screen.
+ENGINE_LOG = "engine.log"
+
+
+def node_dir(workdir: str, run_id: str, node_rank: int) -> str:
+    return posixpath.join(workdir, NODE_RUNS, run_id, f"node{node_rank}")
+
+
+def in_node_dir(node_dir: str, name: str) -> str:
+    """``name`` (one of this module's node-side names) inside a node dir."""
+    return posixpath.join(node_dir, name)
+
+
+def state_dir(xdg_state_home: str | None, home: str) -> Path:
+    """Where every local run dir lives, per the XDG base directory spec."""
+    base = xdg_state_home or posixpath.join(home, ".local", "state")
+    return Path(base) / STATE_DIR
+
+
+def runs_dir(root: Path) -> Path:
+    return root / RUNS
+
+
+def run_dir(root: Path, run_id: str) -> Path:
+    return root / RUNS / run_id
+
+
+def node_log(run_dir: Path, node: str) -> Path:
+    """The raw copy of a node's ``node.log``: its size is how far it was read."""
+    return run_dir / NODES / f"{node}.log"
+
+
+def rank_log_name(rank: int) -> str:
+    """Relative to the run dir, as the mirror's checkpoint records it."""
+    return f"{RANKS}/rank{rank}.log"
+
+
+def rank_log(run_dir: Path, rank: int) -> Path:
+    return run_dir / rank_log_name(rank)

@@ -18,7 +18,7 @@ from ddptui import __version__
 if TYPE_CHECKING:
     from ddptui.config import HostsConfig
 
-COMMANDS = ("run", "check", "attach", "stop", "logs", "dashboard")
+COMMANDS = ("run", "check", "attach", "stop", "logs", "dashboard", "schema")
 USAGE_EXIT = 2
 
 
@@ -65,6 +65,8 @@ def _parser() -> argparse.ArgumentParser:
     lg.add_argument("run_id", nargs="?")
     lg.add_argument("--rank", type=int, default=None, help="only this global rank")
     lg.add_argument("--node", default=None, help="only this node")
+
+    sub.add_parser("schema", help="print the hosts file's JSON Schema (for editors and CI)")
     return p
 
 
@@ -95,6 +97,10 @@ def _load(path: Path) -> HostsConfig | None:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "schema":
+        from ddptui.config.schema import print_schema
+
+        return print_schema()
     from ddptui.launch.controller import Controller
     from ddptui.launch.outcome import LaunchError
 
@@ -162,8 +168,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from ddptui.launch.controller import probe_nodes
     from ddptui.launch.outcome import LaunchError
+    from ddptui.launch.reach import probe_nodes
 
     cfg = _load(args.hosts)
     if cfg is None:

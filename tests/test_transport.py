@@ -413,9 +413,9 @@ def test_dead_node(cluster_factory: ClusterFactory) -> None:
 
 @pytest.mark.cluster
 def test_nodes_connect_at_once(cluster2: Cluster) -> None:
-    """As the controller connects them (``_each``): N nodes cost what the slowest one does,
+    """As the controller connects them (``map_at_once``): N nodes cost what the slowest one does,
     and a dead one is its own error, not the others'."""
-    from ddptui.launch.controller import _each
+    from ddptui.launch.reach import map_at_once
 
     opts = _opts(cluster2, connect_timeout=1.5)
     good = [SSHTransport(NodeConfig(name=h.name, host=h.name), opts) for h in cluster2.hosts]
@@ -425,7 +425,7 @@ def test_nodes_connect_at_once(cluster2: Cluster) -> None:
     ]
     start = time.monotonic()
     every = [*good, *ghosts]
-    res = dict(zip([t.node for t in every], _each(every, lambda t: t.connect()), strict=True))
+    res = dict(zip([t.node for t in every], map_at_once(every, lambda t: t.connect()), strict=True))
     elapsed = time.monotonic() - start
     try:
         assert res["node1"] is None and res["node2"] is None

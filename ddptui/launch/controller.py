@@ -29,15 +29,11 @@ from ddptui.launch.follow import Batch, Finished, NodeFollower, replay_raw_logs
 from ddptui.launch.outcome import STOPPED_EXIT, LaunchError, RunResult, StopReport
 from ddptui.launch.plan import NodeLaunch, Plan, expand_home, make_plan, new_run_id
 from ddptui.launch.reach import connect, map_at_once, probe_node
-from ddptui.launch.reach import probe_nodes as probe_nodes  # where `ddptui check` imports it
 from ddptui.store import rundir
 from ddptui.store.runs import read_run, write_run
 from ddptui.store.runs import state_root as resolve_state_root
 from ddptui.store.store import Store
 from ddptui.transport.base import Transport, TransportError
-
-#: The old name of :func:`ddptui.launch.reach.map_at_once`, which tests/test_transport.py imports.
-_each = map_at_once
 
 
 class Controller:

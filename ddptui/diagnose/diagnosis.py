@@ -1,0 +1,68 @@
+"""What a diagnosis says: one cause, one headline, the evidence behind it.
+
+A plain dataclass rather than events or text, so each face (the headless summary, the
+dashboard's toast, ``run.json``) words and places it as it needs without parsing anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Cause(StrEnum):
+    """Why a run failed, as ddptui names it; ``run.json`` stores the value."""
+
+    CUDA_OOM = "cuda_oom"
+    NCCL_NO_INTERFACE = "nccl_no_interface"
+    NCCL_DUPLICATE_GPU = "nccl_duplicate_gpu"
+    NCCL_VERSION_MISMATCH = "nccl_version_mismatch"
+    NCCL_CONNECT = "nccl_connect"
+    NCCL_ERROR = "nccl_error"
+    MISSING_FILE = "missing_file"
+    ADDRESS_IN_USE = "address_in_use"
+    RENDEZVOUS_TIMEOUT = "rendezvous_timeout"
+    RENDEZVOUS_UNREACHABLE = "rendezvous_unreachable"
+    COLLECTIVE_TIMEOUT = "collective_timeout"
+    SEGFAULT = "segfault"
+    HOST_OOM = "host_oom"
+    RANK_ERROR = "rank_error"
+    NODE_LOST = "node_lost"
+    PEER_LOST = "peer_lost"
+    EXIT_CODE = "exit_code"
+
+
+@dataclass(slots=True)
+class Diagnosis:
+    """The run's one explanation.
+
+    ``headline`` is ddptui's own sentence (what, where, what to do); ``evidence`` holds lines
+    copied verbatim from the ranks and torch, each after ``[node rN]`` or ``[node agent]``, to
+    show under it, never in its place. ``details`` says, per node, what else happened there and
+    whether it was a consequence of the headline.
+    """
+
+    cause: Cause
+    headline: str
+    what: str
+    advice: str
+    node: str | None = None
+    rank: int | None = None
+    time: float | None = None
+    evidence: list[str] = field(default_factory=list)
+    details: dict[str, list[str]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, for ``run.json``'s ``diagnosis`` key."""
+        return {
+            "cause": self.cause.value,
+            "headline": self.headline,
+            "what": self.what,
+            "advice": self.advice,
+            "node": self.node,
+            "rank": self.rank,
+            "time": self.time,
+            "evidence": list(self.evidence),
+            "details": {node: list(lines) for node, lines in self.details.items()},
+        }

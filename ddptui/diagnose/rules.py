@@ -1,0 +1,276 @@
+"""The rules, most specific first: a rank's failure is explained by the first rule that
+claims it, so a CUDA out-of-memory is never reported as just "a RuntimeError".
+
+Each rule words its finding itself (what, where, what to do) and quotes its evidence; which
+finding becomes the headline is :mod:`ddptui.diagnose.verdict`'s choice.
+"""
+
+from __future__ import annotations
+
+from ddptui.diagnose import nccl, stalls
+from ddptui.diagnose import signatures as sig
+from ddptui.diagnose.diagnosis import Cause
+from ddptui.diagnose.facts import RankFacts, RunFacts, said
+from ddptui.diagnose.finding import (
+    Finding,
+    Key,
+    Rule,
+    Tier,
+    cite,
+    exit_evidence,
+    first_said,
+    open_ranks,
+    where,
+)
+from ddptui.events import NodeStatus, Source
+
+
+def cuda_oom(facts: RunFacts, claimed: set[Key]) -> list[Finding]:
+    out = []
+    for rf in open_ranks(facts, claimed):
+        line = first_said(rf, sig.CUDA_OOM.search)
+        if line is None:
+            continue
+        m = sig.CUDA_OOM.search(line.text)
+        assert m is not None
+        ask, gpu, total, free = m.groups()
+        on = f"GPU {gpu}" if gpu is not None else "its GPU"
+        sizes = f"asked for {ask}" + (f" with {free} free of {total}" if free else "")
+        out.append(Finding(
+            Cause.CUDA_OOM, rf.node, rf.rank, line.time,
+            f"{where(rf.node, rf.rank)} ran out of memory on {on}: it {sizes}",
+            "use a smaller batch or model per GPU (or gradient checkpointing), and check "
+            f"`nvidia-smi` on {rf.node} for other processes holding that GPU",
+            [cite(line)]))
+    return out
+
+
+def missing_file(facts: RunFacts, claimed: set[Key]) -> list[Finding]:
+    out = []
+    for rf in open_ranks(facts, claimed):
+        line = first_said(rf, lambda t: sig.MISSING_MODULE.search(t) or sig.MISSING_FILE.search(t)
+                          or sig.CANT_OPEN.search(t))
+        if line is None:
+            continue
+        text = said(line)
+        if (m := sig.MISSING_MODULE.search(text)) is not None:
+            what = f"Python module '{m.group(1)}' is missing on node {rf.node}"
+            advice = (f"install it into the Python that torchrun runs on {rf.node} "
+                      "(every node needs the same packages)")
+        elif (m := sig.CANT_OPEN.search(text)) is not None:
+            what = f"the script {m.group(1)} does not exist on node {rf.node}"
+            advice = f"copy the script to {rf.node} or fix its path in the hosts file"
+        else:
+            m = sig.MISSING_FILE.search(text)
+            assert m is not None
+            what = f"file {m.group(1)} does not exist on node {rf.node}"
+            advice = f"copy it to {rf.node} or fix the path: each node opens its own files"
+        out.append(Finding(Cause.MISSING_FILE, rf.node, rf.rank, line.time,
+                           f"{what} ({where(rf.node, rf.rank)} stopped on it)", advice,
+                           [cite(line)]))
+    return out
+
+
+def address_in_use(facts: RunFacts, claimed: set[Key]) -> list[Finding]:
+    out = []
+    for node in facts.nodes.values():
+        lines = [ln for ln in node.agent if sig.ADDRESS_IN_USE.search(ln.text)]
+        if not lines:
+            continue
+        port = next((p for ln in lines for m in sig.BOUND_PORT.finditer(ln.text)
+                     for p in m.groups() if p), None)
+        what = f"port {port}" if port else "the rendezvous port"
+        out.append(Finding(
+            Cause.ADDRESS_IN_USE, node.node, None, lines[0].time,
+            f"{what} on node {node.node} is already in use, so torchrun could not start its "
+            "rendezvous store there",
+            "another run, or a leftover of one, holds it: stop it (`ss -ltnp` on "
+            f"{node.node} names the process) or choose another rendezvous port",
+            [cite(ln) for ln in lines[-2:]]))
+    return out
+
+
+def rendezvous(facts: RunFacts, claimed: set[Key]) -> list[Finding]:
+    """A timeout names the nodes that never joined; an unreachable endpoint, the one that
+    could not reach it."""
+    out: list[Finding] = []
+    missing = [n for n, nf in facts.nodes.items() if not nf.joined]
+    for node in facts.nodes.values():
+        reach = next((ln for ln in node.agent if sig.RDZV_UNREACHABLE.search(ln.text)), None)
+        if reach is not None:
+            m = sig.RDZV_UNREACHABLE.search(reach.text)
+            assert m is not None
+            out.append(Finding(
+                Cause.RENDEZVOUS_UNREACHABLE, node.node, None, reach.time,
+                f"node {node.node} could not reach the rendezvous endpoint "
+                f"{m.group(1)}:{m.group(2)}",
+                f"check from {node.node} that the endpoint's name resolves to the right "
+                f"address and the port is open (`nc -zv {m.group(1)} {m.group(2)}`)",
+                [cite(reach)]))
+            continue
+        lates = [ln for ln in node.agent if sig.RDZV_TIMEOUT.search(ln.text)]
+        if not lates:
+            continue
+        # The exception's own line, not the traceback's `raise RendezvousTimeoutError`.
+        late = next((ln for ln in lates if sig.EXCEPTION.match(ln.text)), lates[0])
+        if missing:
+            what = (f"the rendezvous timed out: node{'s' if len(missing) > 1 else ''} "
+                    f"{', '.join(missing)} never joined")
+            advice = (f"check that torchrun starts on {', '.join(missing)} and reaches the "
+                      "rendezvous endpoint within join_timeout")
+        else:
+            what = f"the rendezvous timed out on node {node.node}: not every node joined"
+            advice = "start every node within join_timeout, with the same rendezvous settings"
+        out.append(Finding(Cause.RENDEZVOUS_TIMEOUT, missing[0] if missing else node.node,
+                           None, late.time, what, advice, [cite(late)]))
+        break
+    return out
+
+
+def peer_lost(facts: RunFacts, claimed: set[Key]) -> list[Finding]:
+    out = []
+    for rf in open_ranks(facts, claimed):
+        line = first_said(rf, sig.PEER_LOST.search)
+        if line is not None:
+            out.append(Finding(
+                Cause.PEER_LOST, rf.node, rf.rank, line.time,
+                f"{where(rf.node, rf.rank)} lost its connection to another rank",
+                "look for the rank that failed first: its own log says why",
+                [cite(line)], Tier.CONSEQUENCE))
+    return out
+
+
+def _agent_signalled(facts: RunFacts, rf: RankFacts) -> bool:
+    node = facts.nodes.get(rf.node)
+    return node is not None and (rf.stopped_by_agent(node) or node.stopping_at is not None)
+
+
+def segfault(facts: RunFacts, claimed: set[Key]) -> list[Finding]:
+    out = []
+    for rf in open_ranks(facts, claimed):
+        line = first_said(rf, sig.SEGFAULT_LINE.search)
+        if rf.signal != "SIGSEGV" and line is None:
+            continue
+        time = line.time if line is not None else rf.exit_time or 0.0
+        out.append(Finding(
+            Cause.SEGFAULT, rf.node, rf.rank, time,
+            f"{where(rf.node, rf.rank)} crashed with a segmentation fault (SIGSEGV)",
+            "native code crashed (an extension, CUDA or NCCL build): run it with "
+            f"PYTHONFAULTHANDLER=1 to see where, and check the builds on {rf.node} match",
+            ([cite(line)] if line is not None else []) + exit_evidence(facts, rf)))
+    return out
+
+
+def host_oom(facts: RunFacts, claimed: set[Key]) -> list[Finding]:
+    """SIGKILL with no traceback that torchrun did not send: the kernel's OOM killer."""
+    out = []
+    for rf in open_ranks(facts, claimed):
+        if rf.signal != "SIGKILL" or rf.traceback() or _agent_signalled(facts, rf):
+            continue
+        node = facts.nodes[rf.node]
+        kernel = [ln for ln in [*rf.lines, *node.agent] if sig.KERNEL_OOM.search(ln.text)]
+        how = ("the kernel's OOM killer killed it" if kernel else
+               "most likely the host ran out of memory and the kernel's OOM killer chose it")
+        out.append(Finding(
+            Cause.HOST_OOM, rf.node, rf.rank, rf.exit_time or 0.0,
+            f"{where(rf.node, rf.rank)} was killed by SIGKILL with no traceback: {how}",
+            f"lower host memory use on {rf.node} (DataLoader workers, data held in RAM, "
+            "pinned memory) or give it more; `dmesg | grep -i oom` there confirms",
+            [cite(ln) for ln in kernel[:2]] + exit_evidence(facts, rf)))
+    return out
+
+
+def _own_error(rf: RankFacts) -> tuple[str, float, list[str]] | None:
+    """The rank's own last error line (exception or usage error), never torch's boilerplate."""
+    for ln in reversed(rf.lines):
+        text = said(ln)
+        if any(b in text for b in sig.BOILERPLATE):
+            continue
+        if sig.EXCEPTION.match(text) or sig.USAGE_ERROR.match(text):
+            return text, ln.time, [cite(ln)]
+    return None
+
+
+def rank_error(facts: RunFacts, claimed: set[Key]) -> list[Finding]:
+    out = []
+    for rf in open_ranks(facts, claimed):
+        found = _own_error(rf)
+        if found is None:
+            found = _root_cause(facts, rf)
+        if found is None:
+            continue
+        text, time, evidence = found
+        usage = sig.USAGE_ERROR.match(text)
+        if usage is not None:
+            what = f"{where(rf.node, rf.rank)} refused to start: {usage.group(2)}"
+            advice = "fix the setting it names (in the hosts file or the job's arguments)"
+        else:
+            what = f"{where(rf.node, rf.rank)} raised {text}"
+            advice = f"fix it in the script; rank {rf.rank}'s log holds the whole traceback"
+        out.append(Finding(Cause.RANK_ERROR, rf.node, rf.rank, time, what, advice, evidence))
+    return out
+
+
+def _root_cause(facts: RunFacts, rf: RankFacts) -> tuple[str, float, list[str]] | None:
+    """torchrun's Root Cause block, when the rank's own lines did not come through."""
+    for f in facts.nodes[rf.node].failures:
+        cause = f.root_cause.strip()
+        if f.rank == rf.rank and cause and not any(b in cause for b in sig.BOILERPLATE) \
+                and sig.EXCEPTION.match(cause):
+            return cause, f.time, [f"[{f.node} agent] {cause}"]
+    return None
+
+
+def node_lost(facts: RunFacts, claimed: set[Key]) -> list[Finding]:
+    out = []
+    for node in facts.nodes.values():
+        if node.status is NodeStatus.LOST and node.exit_code is None:
+            last = [ln for ln in node.agent if ln.source is Source.SSH][-2:]
+            f = Finding(
+                Cause.NODE_LOST, node.node, None, node.status_time or 0.0,
+                f"node {node.node} was lost: ddptui stopped hearing from it and could not "
+                "read an exit code",
+                f"check that {node.node} is up and reachable over SSH; if the job still runs "
+                "there, `ddptui attach` follows it again",
+                [cite(ln) for ln in last])
+            f.explains = {(rf.node, rf.rank) for rf in facts.node_ranks(node.node)}
+            out.append(f)
+    return out
+
+
+def exit_code(facts: RunFacts, claimed: set[Key]) -> list[Finding]:
+    """The last resort: a rank that exited non-zero (not stopped by torchrun) for no reason
+    ddptui recognises; its last line is the best evidence there is."""
+    out = []
+    for rf in open_ranks(facts, claimed):
+        if rf.exit_code in (None, 0) or rf.signal == "SIGTERM" or _agent_signalled(facts, rf):
+            continue
+        how = f"code {rf.exit_code}" + (f" ({rf.signal})" if rf.signal else "")
+        last = [cite(ln) for ln in rf.lines[-1:]]
+        out.append(Finding(Cause.EXIT_CODE, rf.node, rf.rank, rf.exit_time or 0.0,
+                           f"{where(rf.node, rf.rank)} exited with {how}",
+                           f"read the end of rank {rf.rank}'s log", last + exit_evidence(facts, rf),
+                           Tier.CONSEQUENCE))
+    return out
+
+
+#: Most specific first. peer_lost comes before rank_error although it ranks lower: a gloo
+#: "Connection closed by peer" is a RuntimeError a rank raised, but not its own failure.
+RULES: tuple[Rule, ...] = (
+    cuda_oom,
+    nccl.no_interface,
+    nccl.duplicate_gpu,
+    nccl.version_mismatch,
+    nccl.connect,
+    missing_file,
+    address_in_use,
+    rendezvous,
+    stalls.collective_timeout,
+    peer_lost,
+    nccl.other_error,
+    segfault,
+    host_oom,
+    rank_error,
+    node_lost,
+    exit_code,
+)

@@ -123,7 +123,7 @@ class JobConfig:
     script: str | None = field(default=None, metadata=key(v.LOCAL_PATH, hints=("entrypoint",)))
     """Your training script on this machine (relative to the hosts file), uploaded per run."""
     module: bool = field(default=False, metadata=key(v.MODULE))
-    """In the file: a module installed on the nodes, run as `-m module`; held as script."""
+    """A module on the nodes to run with `-m` instead of a script (then held in `script`)."""
     args: tuple[str, ...] = field(default=(), metadata=key(v.ARGS))
     """Arguments after the script or module (numbers become text)."""
     max_restarts: int = field(default=0, metadata=key(v.MAX_RESTARTS, hints=("restarts",)))
@@ -165,7 +165,7 @@ class SSHOptions:
 
 @dataclass(frozen=True)
 class HostsConfig:
-    """A whole hosts file, checked."""
+    """A ddptui hosts file: which machines run a PyTorch DDP job, how to reach them, what runs."""
 
     path: Path
     """The file this came from; a relative `job.script` is taken from its directory."""

@@ -38,8 +38,8 @@ def no_interface(facts: RunFacts, claimed: set[Key]) -> list[Finding]:
         evidence = [cite(ln) for ln in (named, line) if ln is not None]
         out.append(Finding(
             Cause.NCCL_NO_INTERFACE, rf.node, rf.rank, line.time,
-            f"NCCL found no network interface matching {iface} on node {rf.node} "
-            f"({where(rf.node, rf.rank)} could not start)",
+            f"NCCL found no network interface matching {iface} on node {rf.node}, so rank "
+            f"{rf.rank} could not start",
             f"set NCCL_SOCKET_IFNAME to an interface that exists on every node "
             f"(`ip -o -4 addr` on {rf.node} lists them), or leave it unset",
             evidence + _torch_error(rf)[:1]))
@@ -71,9 +71,11 @@ def version_mismatch(facts: RunFacts, claimed: set[Key]) -> list[Finding]:
     banners: dict[str, tuple[str, str]] = {}
     for rf in facts.ranks.values():
         line = first_said(rf, sig.NCCL_BANNER.search)
-        m = sig.NCCL_BANNER.search(line.text) if line is not None else None
+        if line is None:
+            continue
+        m = sig.NCCL_BANNER.search(line.text)
         if m is not None:
-            banners.setdefault(rf.node, (m.group(1), cite(line)))  # type: ignore[union-attr]
+            banners.setdefault(rf.node, (m.group(1), cite(line)))
     versions = {v for v, _ in banners.values()}
     out = []
     for rf in open_ranks(facts, claimed):

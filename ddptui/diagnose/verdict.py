@@ -78,7 +78,7 @@ def details(facts: RunFacts, head: Finding, findings: list[Finding]) -> dict[str
     """Per node, what happened there, each failure marked as the cause or a consequence."""
     out: dict[str, list[str]] = {n: [] for n in facts.nodes}
     said: set[Key] = set()
-    for f in findings:
+    for f in sorted(findings, key=lambda f: f.time):
         if f.node is None:
             continue
         if f is head:

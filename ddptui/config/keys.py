@@ -19,7 +19,7 @@ from ddptui.config.model import (
     RendezvousConfig,
     SSHOptions,
 )
-from ddptui.config.values import Check
+from ddptui.config.values import Rule
 
 T = TypeVar("T")
 
@@ -52,9 +52,9 @@ def yaml_keys(cls: type) -> tuple[str, ...]:
     return (*out, *pending)
 
 
-def checks_of(cls: type) -> dict[str, Check]:
+def checks_of(cls: type) -> dict[str, Rule]:
     """The check of every key of a section that has one, aliases included."""
-    out: dict[str, Check] = {}
+    out: dict[str, Rule] = {}
     for name, k in file_fields(cls):
         if k.check is not None:
             out[name] = k.check

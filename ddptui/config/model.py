@@ -24,7 +24,7 @@ KEY: Final = "ddptui.config"
 class Key:
     """How a field is written in the hosts file; a field without one is not read from it."""
 
-    check: v.Check | None = None
+    check: v.Rule | None = None
     """The field's value rule; None for a section, which the parser walks itself."""
     node_only: bool = False
     """Says something about one node, so it may not be given in `defaults:`."""
@@ -36,7 +36,7 @@ class Key:
     """Names people reach for from other tools (torchrun, ssh, Ansible), for "did you mean"."""
 
 
-def key(check: v.Check | None = None, *, node_only: bool = False,
+def key(check: v.Rule | None = None, *, node_only: bool = False,
         static_alias: str | None = None, defaults_key: str | None = None,
         hints: tuple[str, ...] = ()) -> dict[str, Key]:
     """Field metadata: ``field(default=..., metadata=key(...))``."""

@@ -15,7 +15,7 @@ import yaml
 
 from ddptui.config.keys import DEFAULT_KEYS, NODE_KEYS, NODE_ONLY_KEYS, checks_of
 from ddptui.config.model import NodeConfig
-from ddptui.config.values import ENV_NAME, MappingOf
+from ddptui.config.values import ENV_NAME, Check, MappingOf
 from ddptui.config.yaml_marks import MISSING, STR_TAG, Entry, MarkedWalker, line_of
 
 #: A node's own fields with their lines; a value that was wrong (and reported) is MISSING.
@@ -47,6 +47,7 @@ class NodeWalker(MarkedWalker):
                 env = self.env(e.value_node, sub, check)
                 out[key] = (MISSING if env is None else env, e.line)
                 continue
+            assert isinstance(check, Check)
             out[key] = (self.check(e.value_node, sub, check), e.line)
         return out
 

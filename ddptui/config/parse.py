@@ -26,7 +26,7 @@ from ddptui.config.model import (
     SSHOptions,
 )
 from ddptui.config.nodes import NodeWalker
-from ddptui.config.values import Check, ListOf, MappingOf, show
+from ddptui.config.values import Check, ListOf, show
 from ddptui.config.yaml_marks import MISSING, NULL_TAG, Entry, line_of
 
 #: Rendezvous settings torchrun's static backend has no use for.
@@ -79,7 +79,7 @@ class _HostsParser(NodeWalker):
         entries = self.mapping(entry.value_node, name, yaml_keys(cls)) or {}
         for key, e in entries.items():
             check = checks.get(key)
-            if check is None or isinstance(check, ListOf | MappingOf):
+            if not isinstance(check, Check):  # a list or mapping: the section walks it
                 continue
             value = self.check(e.value_node, f"{name}.{key}", check)
             if value is not MISSING:

@@ -64,8 +64,10 @@ def _default(cls: type, name: str, k: Key) -> Any:
         value = f.default
     else:
         return _NO_DEFAULT
-    if isinstance(k.check, ListOf | MappingOf):
-        return list(value) if isinstance(k.check, ListOf) else dict(value)
+    if isinstance(k.check, ListOf):
+        return list(value)
+    if isinstance(k.check, MappingOf):
+        return dict(value)
     if k.check is None:
         return _NO_DEFAULT
     try:

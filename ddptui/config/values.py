@@ -3,7 +3,8 @@
 A :class:`Check` is built from the same few parameters (a range, a list of choices, a pattern)
 for its runtime test, its JSON Schema fragment and its one-line summary in
 ``docs/hosts-file.md``, so the three cannot drift apart. ``model.py`` names the check of every
-field; nothing here knows which field uses which rule.
+field; nothing here knows which field uses which rule. :class:`Invalid`, :func:`kind` and
+:func:`show` are the words for a wrong value, shared with the YAML walker.
 """
 
 from __future__ import annotations
@@ -75,7 +76,6 @@ def kind(value: Any) -> str:
     return f"a {type(value).__name__} ({show(value)})"
 
 
-
 @dataclass(frozen=True)
 class Check:
     """One value rule: the runtime test and what the JSON Schema and the docs say of it."""
@@ -92,18 +92,37 @@ class Check:
 
 
 @dataclass(frozen=True)
-class ListOf(Check):
+class ListOf:
     """A YAML list whose items each pass ``item``; an empty value is the empty list."""
 
     item: Check
+    summary: str
+
+    @property
+    def schema(self) -> Mapping[str, Any]:
+        return {"type": ["array", "null"], "items": self.item.schema}
 
 
 @dataclass(frozen=True)
-class MappingOf(Check):
+class MappingOf:
     """A YAML mapping of environment-variable names to values that pass ``value``."""
 
     value: Check
     reserved: frozenset[str]
+    """Names ddptui sets itself, which a file may not."""
+    summary: str
+
+    @property
+    def schema(self) -> Mapping[str, Any]:
+        return {
+            "type": ["object", "null"],
+            "propertyNames": {"pattern": f"^{ENV_NAME}$", "not": {"enum": sorted(self.reserved)}},
+            "additionalProperties": self.value.schema,
+        }
+
+
+#: What a field's value must be: one scalar, or a list or mapping the parser walks item by item.
+Rule = Check | ListOf | MappingOf
 
 
 def _fail(what: str, value: Any) -> NoReturn:
@@ -288,10 +307,6 @@ def _arg(value: Any) -> str:
     return _scalar_text(value, "program arguments", "a string (quote values like 'true' or dates)")
 
 
-def _never(value: Any) -> NoReturn:  # pragma: no cover - the parser walks lists and mappings
-    raise AssertionError("walked by the parser, not checked as one value")
-
-
 _NO_NUL = "^[^\\x00]*$"
 HOST = Check(_host, {"type": "string", "pattern": _HOST}, "string")
 PORT = whole(1, "a port number between 1 and 65535", maximum=65535)
@@ -318,9 +333,5 @@ SUBSYSTEMS = Check(_subsystems, {"anyOf": [
 ARG = Check(_arg, {"type": ["string", "number"], "pattern": _NO_NUL}, "string")
 ENV_VALUE = Check(_env_value, {"type": ["string", "number", "boolean"], "pattern": _NO_NUL},
                   "string, number or boolean")
-ARGS = ListOf(_never, {"type": ["array", "null"], "items": ARG.schema}, "list of strings", ARG)
-ENV = MappingOf(_never, {
-    "type": ["object", "null"],
-    "propertyNames": {"pattern": f"^{ENV_NAME}$", "not": {"enum": sorted(RESERVED_ENV)}},
-    "additionalProperties": ENV_VALUE.schema,
-}, "mapping NAME: value", ENV_VALUE, RESERVED_ENV)
+ARGS = ListOf(ARG, "list of strings")
+ENV = MappingOf(ENV_VALUE, RESERVED_ENV, "mapping NAME: value")

@@ -222,6 +222,9 @@ _KNOWN: tuple[tuple[tuple[str, ...], Level, Explain], ...] = (
         "first; look at the earliest failure")),
     (("onnect to", "connect returned", "Call to connect", "PollConnect"), Level.ERROR,
      _connect),
+    (("wrong magic",), Level.WARNING, lambda m, r: (
+        "something other than this job's NCCL connected to its port (another job, a port "
+        "scanner, or a rank on a different NCCL version)")),
     (("message truncated", "Message truncated", "Mismatched collective"), Level.ERROR,
      lambda m, r: ("ranks disagree on a collective (different calls, sizes or order, or "
                    "different NCCL versions); compare the ranks' code paths")),

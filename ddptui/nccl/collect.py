@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import ddptui.nccl.grammar as g
 from ddptui.events import Level, LogLine, Source
-from ddptui.nccl import grammar as g
 from ddptui.nccl.facts import (
     MAX_COMMS,
     MAX_WARNS,

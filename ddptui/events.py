@@ -164,7 +164,9 @@ _GLOG_LEVEL = {"I": Level.DEBUG, "W": Level.WARNING, "E": Level.ERROR, "F": Leve
 # with their source position `host:pid:tid [dev] misc/socket.cc:483 NCCL WARN ...`, the bare
 # `NCCL version 2.21.5+cuda12.4` banner; torch may put `[rankN]:` in front of any of them.
 _NCCL_RE = re.compile(
-    r"^(?:\[rank\d+\]:)?(?:[^\s:]+:\d+:\d+ \[[^\]]*\] (?:\S+:\d+ )?NCCL "
+    # NCCL 2.26 and later stamp WARN lines: "[2026-11-22 11:58:29] host:pid:tid [dev] ...".
+    r"^(?:\[rank\d+\]:)?(?:\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] )?"
+    r"(?:[^\s:]+:\d+:\d+ \[[^\]]*\] (?:\S+:\d+ )?NCCL "
     r"(INFO|WARN|TRACE|ERROR|ABORT)\b|NCCL version \d)"
 )
 _NCCL_LEVEL = {"WARN": Level.WARNING, "ERROR": Level.ERROR, "ABORT": Level.ERROR,

@@ -14,6 +14,7 @@ from ddptui.events import (
     NodeStatus,
     Source,
     classify_level,
+    is_nccl,
 )
 
 DATA = Path(__file__).parent / "data" / "torchrun"
@@ -153,3 +154,12 @@ def test_compact_metric_line() -> None:
     assert compact_metric_line(text) == "@metric step=7 loss=0.5"
     assert compact_metric_line("@ddptui {broken") == "@ddptui {broken"
     assert compact_metric_line("plain") == "plain"
+
+
+def test_nccl_stamped_warn_lines_are_nccl() -> None:
+    """NCCL 2.26 and later put a timestamp before WARN lines (recorded on an H100, 2.28.9)."""
+    raw = ("[ddptui 0 0] [2026-11-22 11:58:29] vm:541:541 [0] bootstrap.cc:114 NCCL WARN "
+           "Bootstrap : no socket interface found")
+    (line,) = [e for e in NodeLogParser("gpu0").feed(raw, 1.0) if isinstance(e, LogLine)]
+    assert (line.source, line.level, line.rank) == (Source.NCCL, Level.WARNING, 0)
+    assert not is_nccl("[2026-11-22 11:58:29] training resumed, NCCL was fine")

@@ -45,13 +45,15 @@ def torchrun(facts: NcclFacts, node: str, text: str) -> NcclFacts:
 
 
 def headless(facts: NcclFacts, path: Path, node: str | None = None) -> NcclFacts:
-    """ddptui's headless output turned back into the LogLines it printed."""
+    """ddptui's headless output turned back into the LogLines that the event parser makes of
+    it today (the capture's printer did not yet class NCCL's stamped WARN lines as NCCL)."""
     for i, line in enumerate(path.read_text().splitlines()):
         m = _HEADLESS_RE.match(line)
         if m is None:
             continue
         text = line[m.end():]
-        source = Source.NCCL if m.group(3) else Source.WORKER
+        nccl = bool(m.group(3)) or is_nccl(text)
+        source = Source.NCCL if nccl else Source.WORKER
         level = Level.INFO if m.group(3) else classify_level(text)
         facts.feed_line(LogLine(node or m.group(1), text, float(i), source, level,
                                 int(m.group(2))))
@@ -151,12 +153,12 @@ def test_socket_ifname_missing_warn_in_new_format() -> None:
     assert "bootstrap.cc:114" in w.text and w.evidence.endswith("no socket interface found")
 
 
-def test_the_stamped_warn_is_not_classed_nccl_by_events_but_is_taken() -> None:
+def test_the_stamped_warn_is_classed_nccl_by_events_and_taken() -> None:
     line = next(ln for ln in MISSING.read_text().splitlines() if "NCCL WARN" in ln)
     text = line.split("] ", 1)[1]
-    assert not is_nccl(text)  # events.py does not know NCCL >= 2.26's [%F %T] stamp
+    assert is_nccl(text)  # NCCL >= 2.26's [%F %T] stamp
     facts = NcclFacts()
-    facts.feed_line(LogLine("a", text, 0.0, Source.WORKER, classify_level(text), 0))
+    facts.feed_line(LogLine("a", text, 0.0, Source.NCCL, Level.WARNING, 0))
     facts.feed_line(LogLine("a", "step 3 loss 1.2", 0.0, Source.WORKER, Level.INFO, 0))
     assert only_rank(facts).no_socket_interface and only_rank(facts).lines == 1
 

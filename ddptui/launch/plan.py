@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 
 from ddptui import events
 from ddptui.config import HostsConfig, NodeConfig
+from ddptui.config.values import ENV_NAME
 from ddptui.store import rundir
 
 #: torchrun's module; ``python -m`` it so the node's ``python`` decides which torch runs.
@@ -25,7 +26,7 @@ TORCHRUN_MODULE = "torch.distributed.run"
 #: launch.sh exits with this when the node dir is gone: no torchrun was started.
 EXIT_NO_RUN_DIR = 97
 
-_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_ENV_NAME_RE = re.compile(f"{ENV_NAME}\\Z")
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import ddptui.nccl.grammar as g
-from ddptui.events import Level, LogLine, Source
+from ddptui.events import LogLine, Source
 from ddptui.nccl.facts import (
     MAX_COMMS,
     MAX_WARNS,
@@ -272,13 +272,9 @@ class NcclFacts:
         self.ignored = 0  # lines with no NCCL token at all
 
     def feed_line(self, line: LogLine) -> None:
-        """Feed one event line if it is NCCL's.
-
-        Also takes WARN lines that carry NCCL >= 2.26's ``[%F %T]`` stamp: ``events.is_nccl``
-        does not know that prefix yet, so they arrive as worker WARNING lines.
-        """
-        if line.source is Source.NCCL or (line.level is Level.WARNING
-                                          and "NCCL WARN" in line.text):
+        """Feed one event line if it is NCCL's (the event parser has classed it already, so
+        the other lines of a flood cost one comparison here)."""
+        if line.source is Source.NCCL:
             self.feed(line.node, line.rank, line.text, line.time)
 
     def feed(self, node: str, rank: int | None, text: str, time: float | None = None) -> None:

@@ -1,7 +1,8 @@
-import json, os, sys
+import json
 from datetime import timedelta
-import torch
+
 import torch.distributed as dist
+
 
 def init(timeout=5):
     dist.init_process_group("gloo", timeout=timedelta(seconds=timeout))

@@ -1,10 +1,15 @@
-import time, torch, torch.distributed as dist
+import time
+
+import torch
+import torch.distributed as dist
 from common import init, metric
+
 rank, world = init()
 for step in range(6):
     if rank == 1 and step == 3:
         print("rank 1: loading shard 3 (slow disk)", flush=True)
         time.sleep(60)
-    t = torch.ones(4); dist.all_reduce(t)
+    t = torch.ones(4)
+    dist.all_reduce(t)
     metric(rank, step, 1.0 / (step + 1))
     time.sleep(0.2)

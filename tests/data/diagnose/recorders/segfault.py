@@ -1,5 +1,9 @@
-import ctypes, torch, torch.distributed as dist
+import ctypes
+
+import torch
+import torch.distributed as dist
 from common import init
+
 rank, world = init(timeout=30)
 dist.all_reduce(torch.ones(4))
 print(f"rank {rank} ready", flush=True)

@@ -1,5 +1,10 @@
-import os, signal, torch, torch.distributed as dist
+import os
+import signal
+
+import torch
+import torch.distributed as dist
 from common import init, metric
+
 rank, world = init(timeout=30)
 for step in range(2):
     dist.all_reduce(torch.ones(4))

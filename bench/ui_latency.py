@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from flood import flood_run
 
-from ddptui.engine.process import EngineClient, EngineProcess
+from ddptui.engine.client import EngineClient
+from ddptui.engine.process import EngineProcess
 from ddptui.tui.app import DashboardApp
 
 RANKS = 16
@@ -67,7 +68,7 @@ async def latencies(app: DashboardApp, watch: Watch, samples: int) -> list[float
     gaps = random.Random(4)  # keys at uneven times, never in step with the app's timers
     for _ in range(samples):
         watch.seen.clear()
-        watch.want = not app.log_view.follow
+        watch.want = not app.dashboard.log_view.follow
         t0 = time.perf_counter()
         app.simulate_key("s")
         try:
@@ -92,7 +93,8 @@ async def settled(app: DashboardApp, client: EngineClient, limit: float = 10.0) 
         seq = client.store.seq
         if seq != seen:
             seen, since = seq, time.monotonic()
-        elif (time.monotonic() - since > 0.3 and app.cursor == seq and not app.chart.dirty):
+        elif (time.monotonic() - since > 0.3 and app.dashboard.log_pane.cursor == seq
+              and not app.dashboard.chart.dirty):
             return
         await asyncio.sleep(0.05)
 
@@ -117,7 +119,7 @@ async def main(args: argparse.Namespace) -> int:
             def timed_display(screen: Any, renderable: Any) -> None:
                 display(screen, renderable)
                 if renderable is not None:
-                    watch.frame(app.log_status.state.follow)
+                    watch.frame(app.dashboard.log_status.state.follow)
 
             app._display = timed_display  # type: ignore[method-assign]
             await pilot.pause(0.5)

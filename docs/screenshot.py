@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ddptui.config import load_config
 from ddptui.tui.app import DashboardApp
-from ddptui.tui.confirm_screen import ConfirmScreen
+from ddptui.tui.screens.confirm import ConfirmScreen
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS_SHOWN = 120

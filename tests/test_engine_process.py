@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from ddptui.chart.rows import chart_rows
-from ddptui.engine.process import EngineClient, EngineError, EngineProcess, Spare
+from ddptui.engine.client import EngineClient, EngineError
+from ddptui.engine.process import EngineProcess, Spare
 from ddptui.events import LogLine, Metric, NodeState, NodeStatus, RunStatus
 from ddptui.launch.outcome import LaunchError
 from ddptui.store.store import Store

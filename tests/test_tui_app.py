@@ -18,15 +18,24 @@ import pytest
 from replay import T0, scenario
 from textual.command import CommandPalette
 
+from ddptui.chart.rows import store_chart
+from ddptui.config import HostsConfig
 from ddptui.events import LogLine, NodeState, NodeStatus, RunStatus
+from ddptui.launch.outcome import LaunchError, RunResult, StopReport
 from ddptui.store.store import Store
 from ddptui.tui.app import DashboardApp
-from ddptui.tui.confirm_screen import ConfirmScreen
-from ddptui.tui.help_screen import HelpScreen
-from ddptui.tui.log_view import LogView
-from ddptui.tui.quit_screen import QuitScreen
-from ddptui.tui.run_picker import RunPicker
-from ddptui.tui.views import ViewKind
+from ddptui.tui.handle import Chart
+from ddptui.tui.screens.confirm import ConfirmScreen
+from ddptui.tui.screens.help import HelpScreen
+from ddptui.tui.screens.quit import QuitScreen
+from ddptui.tui.screens.run_picker import RunPicker
+from ddptui.tui.views import ViewKind, ViewSpec
+from ddptui.tui.widgets.log_pane import LogPane
+from ddptui.tui.widgets.log_status import LogStatus
+from ddptui.tui.widgets.log_view import LogView
+from ddptui.tui.widgets.metrics_pane import MetricsPane
+from ddptui.tui.widgets.nodes_table import NodesTable
+from ddptui.tui.widgets.run_header import RunHeader
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -41,23 +50,21 @@ def sync(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
     return run
 
 
-class LaunchError(Exception):
-    """Named like the controller's, which the app shows as it is."""
-
-
 class FakeController:
-    """The controller's surface; launch plays a recorded run into the store."""
+    """A run handle (``ddptui.tui.handle.RunHandle``); launch plays a recorded run into the
+    store."""
 
     instances: list[FakeController] = []
 
     def __init__(self, name: str = "train", run_id: str = "fake-run", fail: str = "") -> None:
         self.store = Store()
         self.run_id = run_id
+        self.config: HostsConfig | None = None
         self.name = name
         self.fail = fail
         self.launched = self.stopped = self.detached = self.pumped = self.closed = 0
         self._done = False
-        self.result: Any = None
+        self.result: RunResult | None = None
         FakeController.instances.append(self)
 
     @property
@@ -67,23 +74,23 @@ class FakeController:
     def launch(self) -> None:
         self.launched += 1
         if self.fail:
-            raise LaunchError(self.fail)
+            raise LaunchError([self.fail])
         scenario(self.name, self.store)
         self.store.set_run(run_id=self.run_id)
 
-    def stop(self, grace: float | None = None) -> Any:
+    def stop(self, grace: float | None = None) -> StopReport:
         self.stopped += 1
         self.store.apply([NodeState(n.name, NodeStatus.STOPPED, T0 + 9, exit_code=-15)
                           for n in self.store.node_views()])
         self.store.set_run(status=RunStatus.STOPPED, ended_at=T0 + 9)
-        self.result = SimpleNamespace(exit_code=0, stopped=True)
+        self.result = RunResult(exit_code=0, failures=[], node_exit_codes={}, stopped=True)
         self._done = True
-        return SimpleNamespace(leftover={}, clean=True)
+        return StopReport()
 
     def detach(self) -> None:
         self.detached += 1
 
-    def wait(self, timeout: float | None = None) -> Any:
+    def wait(self, timeout: float | None = None) -> RunResult | None:
         return self.result
 
     def process_estimate(self) -> tuple[int, int]:
@@ -95,22 +102,60 @@ class FakeController:
     def close(self) -> None:
         self.closed += 1
 
+    def chart(self, metric: str, log_y: bool, width: int, height: int) -> Chart:
+        return store_chart(self.store, metric, log_y, width, height)
 
-def make_app(store: Store | None = None, **kw: Any) -> DashboardApp:
+
+class DashboardUnderTest(DashboardApp):
+    """The dashboard with its main screen's parts at hand, as the tests read them."""
+
+    @property
+    def header(self) -> RunHeader:
+        return self.dashboard.header
+
+    @property
+    def nodes_table(self) -> NodesTable:
+        return self.dashboard.nodes_table
+
+    @property
+    def logs_pane(self) -> LogPane:
+        return self.dashboard.log_pane
+
+    @property
+    def log_view(self) -> LogView:
+        return self.dashboard.log_view
+
+    @property
+    def log_status(self) -> LogStatus:
+        return self.dashboard.log_status
+
+    @property
+    def chart(self) -> MetricsPane:
+        return self.dashboard.chart
+
+    @property
+    def view(self) -> ViewSpec:
+        return self.dashboard.log_pane.view
+
+    @property
+    def pattern(self) -> re.Pattern[str] | None:
+        return self.dashboard.log_pane.pattern
+
+
+def make_app(store: Store | None = None, **kw: Any) -> DashboardUnderTest:
     FakeController.instances.clear()
     kw.setdefault("controller_factory", lambda config, root: FakeController())
     kw.setdefault("clock", lambda: T0 + 10)
     config = kw.pop("config", SimpleNamespace(path=Path("hosts.yaml")))
-    return DashboardApp(config, store=store, **kw)
+    return DashboardUnderTest(config, store=store, **kw)
 
 
 async def settle(pilot: Any, app: DashboardApp) -> None:
     await pilot.pause()
     await app.workers.wait_for_complete()
     await pilot.pause()
-    app._last_table = 0.0
-    app._last_chart = 0.0
-    app.tick()
+    app.dashboard.redraw_chart()
+    app.dashboard.refresh_run()  # a tick that builds the table and the chart now
     await pilot.pause()
     await app.workers.wait_for_complete()  # the chart is drawn by a thread worker
     await pilot.pause()
@@ -412,7 +457,7 @@ async def test_bad_regex_is_searched_as_text() -> None:
     app = make_app(scenario("nccl"))
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot, app)
-        app.set_filter("[0")
+        app.dashboard.log_pane.set_filter("[0")
         await settle(pilot, app)
         assert "not a regex" in toasts(app)
         assert all("[0" in ln for ln in app.log_view.lines)
@@ -585,7 +630,7 @@ async def test_restart_after_attach_uses_the_runs_own_hosts_file() -> None:
 
     def attacher(run_id: str, root: Path | None) -> FakeController:
         c = FakeController(run_id=run_id)
-        c.config = "hosts of the old run"  # type: ignore[attr-defined]
+        c.config = "hosts of the old run"  # type: ignore[assignment]
         c._done = True
         return c
 
@@ -622,8 +667,8 @@ async def test_log_scrollbar_repaints_only_when_its_thumb_moves() -> None:
     from textual.app import App, ComposeResult
     from textual.geometry import Region
 
-    from ddptui.tui.nodes_table import NodesTable
-    from ddptui.tui.scrollbar import QuietScrollBar
+    from ddptui.tui.widgets.nodes_table import NodesTable
+    from ddptui.tui.widgets.scrollbar import QuietScrollBar
 
     class One(App[None]):
         def compose(self) -> ComposeResult:
@@ -658,7 +703,7 @@ async def test_a_longer_log_or_a_wider_column_lays_out_nothing_else() -> None:
     from textual.app import App, ComposeResult
 
     from ddptui.tui.node_rows import COLUMNS, Row
-    from ddptui.tui.nodes_table import NodesTable
+    from ddptui.tui.widgets.nodes_table import NodesTable
 
     class Two(App[None]):
         def compose(self) -> ComposeResult:
@@ -725,13 +770,14 @@ async def test_chart_is_drawn_again_only_when_points_arrive() -> None:
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(pilot, app)
         drawn: list[str] = []
-        app._draw_chart = lambda store, metric, *a: drawn.append(metric)  # type: ignore
+        screen = app.dashboard
+        screen._draw_chart = lambda store, metric, *a: drawn.append(metric)  # type: ignore
         store = app.store
         store.apply([LogLine("node0", "NCCL INFO chatter", T0 + 11, rank=0)] * 50)
-        app._last_chart = 0.0
-        app.tick()
+        screen.redraw_chart()
+        screen.tick()
         assert drawn == []
         store.apply([Metric("node0", 0, "metric", 10_000, {"loss": 0.5}, T0 + 12)])
-        app._last_chart = 0.0
-        app.tick()
+        screen.redraw_chart()
+        screen.tick()
         assert drawn == ["loss"]

@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
+from test_tui_app import DashboardUnderTest as DashboardApp  # the screen's parts at hand
 
 from ddptui.config import load_config
-from ddptui.tui.app import DashboardApp
-from ddptui.tui.confirm_screen import ConfirmScreen
+from ddptui.tui.screens.confirm import ConfirmScreen
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--steps", "100000", "--d-model", "32", "--n-layers", "1", "--seq-len", "32",

@@ -12,7 +12,6 @@ from ddptui.chart.downsample import BLOCKS, downsample, sparkline
 from ddptui.events import Level, LogLine, NodeStatus, Source
 from ddptui.store.store import NodeView, RankView
 from ddptui.tui.health import assess
-from ddptui.tui.log_view import LineStyler
 from ddptui.tui.node_rows import age, build_rows, rank_span, rate
 from ddptui.tui.scrollback import LineFile
 from ddptui.tui.views import (
@@ -24,6 +23,7 @@ from ddptui.tui.views import (
     printable,
     wrap_line,
 )
+from ddptui.tui.widgets.log_view import LineStyler
 
 NCCL = "gpu-b:4312:4312 [0] NCCL INFO Bootstrap : Using eth0"
 
@@ -183,7 +183,7 @@ def test_chart_rows_are_runs_of_one_style_each_as_wide_as_the_pane() -> None:
 
 def test_chart_strips_fit_the_width() -> None:
     from ddptui.chart.rows import chart_rows
-    from ddptui.tui.metrics_pane import metric_cycle, strips
+    from ddptui.tui.widgets.metrics_pane import metric_cycle, strips
 
     def series(rank: int, name: str) -> tuple[list[int], list[float]]:
         return list(range(500)), [5.0 / (1 + i + rank) for i in range(500)]

@@ -26,9 +26,10 @@ async def settled(pilot: Any) -> None:
     app = pilot.app
     await pilot.pause()
     await app.workers.wait_for_complete()
-    app._last_table = app._last_chart = 0.0
-    app.chart.dirty = True  # draw now, at the final size, whatever earlier ticks did
-    app.tick()
+    screen = app.dashboard
+    screen.redraw_chart()
+    screen.chart.dirty = True  # draw now, at the final size, whatever earlier ticks did
+    screen.refresh_run()  # a tick that builds the table now
     await pilot.pause()
     await app.workers.wait_for_complete()  # the chart is drawn by a thread worker
     await pilot.pause()
@@ -52,7 +53,7 @@ def test_problems_view(snap_compare: Any, size: tuple[int, int]) -> None:
 def test_nccl_view_filtered(snap_compare: Any) -> None:
     async def filtered(pilot: Any) -> None:
         await pilot.press("v", "v", "v")
-        pilot.app.set_filter("init")
+        pilot.app.dashboard.log_pane.set_filter("init")
         await settled(pilot)
 
     assert snap_compare(app_for("nccl"), terminal_size=(80, 24), run_before=filtered)

@@ -8,8 +8,9 @@ from rich.table import Table
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Static
+
+from ddptui.tui.screens.dialog import DialogScreen
 
 
 def key_label(binding: Binding) -> str:
@@ -32,7 +33,7 @@ def help_table(sections: Iterable[tuple[str, Iterable[Binding]]]) -> Table:
     return table
 
 
-class HelpScreen(ModalScreen[None]):
+class HelpScreen(DialogScreen[None]):
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
 
     def __init__(self, sections: list[tuple[str, list[Binding]]]) -> None:

@@ -7,13 +7,14 @@ from typing import Literal
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Button, Label
+
+from ddptui.tui.screens.dialog import DialogScreen
 
 QuitChoice = Literal["stop", "leave", "cancel"]
 
 
-class QuitScreen(ModalScreen[QuitChoice]):
+class QuitScreen(DialogScreen[QuitChoice]):
     BINDINGS = [
         Binding("s", "choose('stop')", "Stop the run"),
         Binding("l", "choose('leave')", "Leave it running"),

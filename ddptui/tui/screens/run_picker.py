@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList
 from textual.widgets.option_list import Option
 
+from ddptui.store.runs import RunSummary
+from ddptui.tui.screens.dialog import DialogScreen
 
-def run_label(run: Any) -> str:
+
+def run_label(run: RunSummary) -> str:
     started = run.started_at
     when = "-" if not started else time.strftime("%Y-%m-%d %H:%M", time.localtime(started))
     nodes = ",".join(run.nodes)
@@ -24,10 +25,10 @@ def run_label(run: Any) -> str:
     return f"{run.run_id}  {run.status:<9} {when}  world {run.world_size}  {nodes}"
 
 
-class RunPicker(ModalScreen[str | None]):
+class RunPicker(DialogScreen[str | None]):
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
 
-    def __init__(self, runs: Sequence[Any]) -> None:
+    def __init__(self, runs: Sequence[RunSummary]) -> None:
         super().__init__()
         self.runs = list(runs)
 

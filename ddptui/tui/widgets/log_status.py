@@ -21,7 +21,18 @@ class LogState:
 
 
 class LogStatus(Static):
+    """One line: the view's name, following or paused, wrap, the filter, disk-only lines."""
+
+    DEFAULT_CSS = """
+    LogStatus {
+        height: 1;
+        background: $panel;
+        padding: 0 1;
+    }
+    """
+
     state: reactive[LogState] = reactive(LogState, layout=False)
+    """What the line says; set whole, it is drawn once."""
 
     def watch_state(self, s: LogState) -> None:
         text = Text.assemble(("view ", "dim"), (s.view, "bold"), "  ")

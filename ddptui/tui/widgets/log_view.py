@@ -24,8 +24,8 @@ from textual.strip import Strip
 from textual.widgets import Log
 
 from ddptui.events import Level
-from ddptui.tui.scrollbar import quiet_scrollbar
 from ddptui.tui.views import line_style, printable, wrap_line
+from ddptui.tui.widgets.scrollbar import quiet_scrollbar
 
 #: Lines kept in the widget; older ones come back from the in-memory rings or from disk.
 MAX_LINES = 4000
@@ -118,6 +118,17 @@ def _offset(x: int, y: int) -> Style:
 
 
 class LogView(Log):
+    """The log itself: lines as strings, painted per visible row (see :class:`LineStyler`)."""
+
+    #: overflow-x hidden: :meth:`_update_size` never measures the lines' width.
+    DEFAULT_CSS = """
+    LogView {
+        height: 1fr;
+        scrollbar-size-vertical: 1;
+        overflow-x: hidden;  /* long lines: `w` wraps them */
+    }
+    """
+
     BINDINGS = [
         Binding("end", "resume", "Follow again", show=False),
         Binding("home", "older", "Top / older lines", show=False),
@@ -227,6 +238,12 @@ class LogView(Log):
 
     def watch_wrap(self) -> None:
         self._rewrite(scroll_end=self.follow)
+
+    def on_resize(self) -> None:
+        """A following log stays at its end when the pane's height changes (the nodes
+        table above it grows as nodes and ranks arrive)."""
+        if self.follow:
+            self.scroll_end(animate=False, immediate=True)
 
     def watch_follow(self, follow: bool) -> None:
         if follow:

@@ -24,7 +24,7 @@ from textual.scrollbar import ScrollBar
 from textual.strip import Strip
 
 from ddptui.tui.node_rows import COLUMNS, Row
-from ddptui.tui.scrollbar import quiet_scrollbar
+from ddptui.tui.widgets.scrollbar import quiet_scrollbar
 
 PAD = 1  # blank cells each side of a column
 #: Tones in the terminal's own ANSI colours, which every terminal has (16 colours included).

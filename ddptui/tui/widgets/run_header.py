@@ -6,18 +6,23 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
+from ddptui.events import RunStatus
 from ddptui.store.store import RunInfo
+from ddptui.tui.state import Busy
 
-_STATE_STYLE = {
-    "running": "bold green",
-    "launching": "bold yellow",
-    "restarting": "bold yellow",
-    "stopping": "bold yellow",
-    "failed": "bold red",
-    "lost": "bold red",
-    "finished": "bold",
-    "stopped": "dim",
-    "idle": "dim",
+#: How a state is drawn; any other (attaching, unknown, a node's "restarting #2") is bold.
+_STATE_STYLE: dict[RunStatus | Busy, str] = {
+    RunStatus.RUNNING: "bold green",
+    RunStatus.LAUNCHING: "bold yellow",
+    Busy.LAUNCHING: "bold yellow",
+    Busy.RESTARTING: "bold yellow",
+    RunStatus.STOPPING: "bold yellow",
+    Busy.STOPPING: "bold yellow",
+    RunStatus.FAILED: "bold red",
+    RunStatus.LOST: "bold red",
+    RunStatus.FINISHED: "bold",
+    RunStatus.STOPPED: "dim",
+    RunStatus.IDLE: "dim",
 }
 
 
@@ -31,22 +36,40 @@ def elapsed(seconds: float | None) -> str:
 class RunHeader(Static):
     """Rebuilt only when what it says changes (the elapsed clock ticks once a second)."""
 
-    summary: reactive[tuple[str, str, str, str, int, str]] = reactive(
-        ("", "idle", "", "", 0, ""), layout=False
-    )
+    DEFAULT_CSS = """
+    RunHeader {
+        height: 1;
+        background: $panel;
+        padding: 0 1;
+    }
+    """
 
-    def set_run(self, info: RunInfo, now: float, restarts: int, state: str) -> None:
+    summary: reactive[tuple[str, str, str, str, str, int, str]] = reactive(
+        ("", "idle", "dim", "", "", 0, ""), layout=False
+    )
+    """What the line says: run id, state and its style, elapsed, world size, restarts,
+    message."""
+
+    def set_run(self, info: RunInfo, now: float, restarts: int, busy: Busy,
+                nodes_restarting: bool) -> None:
+        """The run as the store has it; what the app is ``busy`` doing, if anything, is
+        shown in place of its status, and nodes restarting their workers after that."""
+        if busy or not nodes_restarting:
+            status = busy or info.status
+            state, style = str(status), _STATE_STYLE.get(status, "bold")
+        else:
+            state, style = f"restarting #{restarts}", "bold"
         end = info.ended_at if info.ended_at is not None else now
         took = None if info.started_at is None else end - info.started_at
         world = "-" if info.world_size is None else str(info.world_size)
-        self.summary = (info.run_id or "no run", state, elapsed(took), world, restarts,
-                        info.message)
+        self.summary = (info.run_id or "no run", str(state), style, elapsed(took), world,
+                        restarts, info.message)
 
-    def watch_summary(self, summary: tuple[str, str, str, str, int, str]) -> None:
-        run_id, state, took, world, restarts, message = summary
+    def watch_summary(self, summary: tuple[str, str, str, str, str, int, str]) -> None:
+        run_id, state, style, took, world, restarts, message = summary
         text = Text.assemble(
             ("ddptui ", "bold"), (run_id, ""), "  ",
-            (f"● {state}", _STATE_STYLE.get(state, "bold")), "  ",
+            (f"● {state}", style), "  ",
             (took, ""), "  ", ("world ", "dim"), world, "  ",
             ("restarts ", "dim"), (str(restarts), "bold yellow" if restarts else ""),
         )

@@ -1,0 +1,324 @@
+"""The dashboard's main screen: the header, the nodes table, the log pane and the charts.
+
+Two timers drive it. The pump (100 Hz) brings the app's store up to date from the engine, a
+few milliseconds at a time. The tick (15 Hz) checks the store's version and writes what
+changed to the widgets on screen: the log pane drains new lines, and, each at most twice a
+second, the table and the chart are rebuilt in thread workers and shown when ready.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import TYPE_CHECKING, cast
+
+from textual import work
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.events import Resize
+from textual.reactive import reactive, var
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from ddptui.chart.rows import store_chart
+from ddptui.engine.client import EngineError
+from ddptui.events import Failure, NodeStatus
+from ddptui.store.store import NodeView, RunInfo, Store
+from ddptui.tui.health import assess
+from ddptui.tui.node_rows import Row, build_rows
+from ddptui.tui.notices import failure_notice, finished_notice, node_change_notices
+from ddptui.tui.state import LayoutMode
+from ddptui.tui.views import ViewKind, ViewSpec
+from ddptui.tui.widgets.log_pane import LogPane
+from ddptui.tui.widgets.log_status import LogStatus
+from ddptui.tui.widgets.log_view import LogView
+from ddptui.tui.widgets.metrics_pane import MetricsPane, metric_cycle, strips
+from ddptui.tui.widgets.nodes_table import NodesTable
+from ddptui.tui.widgets.run_header import RunHeader
+
+if TYPE_CHECKING:
+    from ddptui.tui.app import DashboardApp
+
+PUMP_HZ = 100
+TABLE_EVERY_S = 0.5
+CHART_EVERY_S = 0.5
+#: Under a flood the chart is the costliest thing to redraw: a worker thread's 5-10 ms of
+#: Python, which shares the interpreter with the keys, then 37 rows of dots to paint.
+CHART_FLOOD_EVERY_S = 1.0
+#: From this many columns on, ``auto`` shows the log and the charts side by side.
+WIDE_COLUMNS = 120
+_LAYOUT_ORDER = {
+    True: (LayoutMode.BOTH, LayoutMode.LOGS, LayoutMode.CHARTS),
+    False: (LayoutMode.LOGS, LayoutMode.CHARTS, LayoutMode.BOTH),
+}
+
+
+class DashboardScreen(Screen[None]):
+    """The run the app follows, on one screen; its keys are the app's bindings."""
+
+    layout_mode: reactive[LayoutMode] = reactive(LayoutMode.AUTO, init=False)
+    """What the body shows; ``m`` steps through it."""
+    wide: var[bool] = var(False, init=False)
+    """The terminal is wide enough for the log and the charts side by side."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._version = -1
+        self._points = -1
+        self._failures_seen = 0
+        self._node_status: dict[str, NodeStatus] = {}
+        self._last_table = 0.0
+        self._last_chart = 0.0
+        self._done_told = False
+
+    @property
+    def owner(self) -> DashboardApp:
+        """The app, which owns the run this screen shows (its store, handle, busy state)."""
+        return cast("DashboardApp", self.app)
+
+    def compose(self) -> ComposeResult:
+        owner = self.owner
+        yield RunHeader(id="header")
+        yield NodesTable(id="nodes")
+        with Horizontal(id="body"):
+            yield LogPane(owner.store, clock=owner.clock, id="logs")
+            yield MetricsPane(id="chart")
+        # compact, and no palette hint: at 80 columns every main key still fits (ctrl+p is
+        # listed under ?)
+        yield Footer(compact=True, show_command_palette=False)
+
+    @property
+    def header(self) -> RunHeader:
+        return self.query_one("#header", RunHeader)
+
+    @property
+    def nodes_table(self) -> NodesTable:
+        return self.query_one("#nodes", NodesTable)
+
+    @property
+    def log_pane(self) -> LogPane:
+        return self.query_one("#logs", LogPane)
+
+    @property
+    def log_view(self) -> LogView:
+        return self.log_pane.log_view
+
+    @property
+    def log_status(self) -> LogStatus:
+        return self.log_pane.log_status
+
+    @property
+    def chart(self) -> MetricsPane:
+        return self.query_one("#chart", MetricsPane)
+
+    def on_mount(self) -> None:
+        self.set_reactive(DashboardScreen.wide, self.size.width >= WIDE_COLUMNS)
+        self._apply_layout()
+        self.set_interval(1 / PUMP_HZ, self._pump)
+        self.set_interval(1 / self.owner.drain_hz, self.tick)
+        self.tick()
+
+    # -- layout ----------------------------------------------------------------------------
+
+    def on_resize(self, event: Resize) -> None:
+        self.wide = event.size.width >= WIDE_COLUMNS
+
+    def watch_wide(self) -> None:
+        self._apply_layout()
+
+    def watch_layout_mode(self) -> None:
+        self._apply_layout()
+
+    def _apply_layout(self) -> None:
+        mode = self.layout_mode
+        if mode is LayoutMode.AUTO:
+            mode = LayoutMode.BOTH if self.wide else LayoutMode.LOGS
+        logs, chart = self.log_pane, self.chart
+        was_hidden = not logs.display
+        logs.display = mode in (LayoutMode.LOGS, LayoutMode.BOTH)
+        chart.display = mode in (LayoutMode.CHARTS, LayoutMode.BOTH)
+        chart.set_class(mode is LayoutMode.CHARTS, "-alone")
+        chart.dirty = True
+        if logs.display and was_hidden:
+            logs.mark_stale()
+
+    def action_toggle_metrics(self) -> None:
+        current = self.layout_mode
+        if current is LayoutMode.AUTO:
+            current = LayoutMode.BOTH if self.wide else LayoutMode.LOGS
+        order = _LAYOUT_ORDER[self.wide]
+        self.layout_mode = order[(order.index(current) + 1) % len(order)]
+        self.tick()
+
+    # -- the timers ------------------------------------------------------------------------
+
+    def follow_store(self, store: Store) -> None:
+        """Show another run, from its start, at once."""
+        self.log_pane.follow_store(store)
+        self._version = -1
+        self._points = -1
+        self._failures_seen = 0
+        self._node_status = {}
+        self._last_table = 0.0
+        self._last_chart = 0.0
+        self._done_told = False
+        self.tick()
+
+    def refresh_run(self) -> None:
+        """The header and table now, not at their next turn (the app's busy state changed)."""
+        self._last_table = 0.0
+        self.tick()
+
+    def _pump(self) -> None:
+        """Often and briefly: the engine's changes into the store, a few milliseconds' worth
+        at a time, so a key never waits long behind a flood."""
+        handle = self.owner.controller
+        if handle is not None:
+            handle.pump()
+
+    def tick(self) -> None:
+        """Runs at the app's ``drain_hz``: a version check when nothing happened, batches
+        when it did."""
+        owner = self.owner
+        store = owner.store
+        now = owner.clock()
+        changed = store.version != self._version
+        if changed:
+            self._version = store.version
+            if store.points != self._points:
+                self._points = store.points
+                self.chart.dirty = True
+        self.wide = self.size.width >= WIDE_COLUMNS  # a resize seen before mount, or missed
+        pane = self.log_pane
+        pane.update(changed)
+        mono = time.monotonic()
+        if mono - self._last_table >= TABLE_EVERY_S:
+            self._last_table = mono
+            self._collect_table(store, now)
+        chart = self.chart
+        every = CHART_FLOOD_EVERY_S if pane.flooding else CHART_EVERY_S
+        if chart.display and chart.dirty and mono - self._last_chart >= every:
+            self._last_chart = mono
+            chart.dirty = False
+            self._draw_chart(store, chart.metric, chart.log_scale, *chart.content_size)
+
+    # -- the chart -------------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="chart")
+    def _draw_chart(self, store: Store, metric: str, log_y: bool, width: int, height: int
+                    ) -> None:
+        """Off the loop, and where the series are: building a chart of 16 ranks is 10-40 ms
+        of Python, which in this process would be taken from the keys. The run's handle
+        builds it (an engine has the series too); if it is gone or slow to answer, it is
+        built here."""
+        handle = self.owner.controller
+        built = None
+        if handle is not None:
+            with contextlib.suppress(EngineError, TimeoutError):
+                built = handle.chart(metric, log_y, width, height)
+        if built is None:
+            built = store_chart(store, metric, log_y, width, height)
+        rows, plotted = built
+        if store is self.owner.store:
+            with contextlib.suppress(RuntimeError):  # the app closed meanwhile
+                self.app.call_from_thread(self.chart.show, strips(rows), plotted)
+
+    def redraw_chart(self) -> None:
+        """At the next tick, whenever the last drawing was."""
+        self._last_chart = 0.0
+
+    def action_next_metric(self) -> None:
+        names = metric_cycle(self.owner.store.metric_names())
+        chart = self.chart
+        i = names.index(chart.metric) + 1 if chart.metric in names else 0
+        chart.metric = names[i % len(names)]
+        self.redraw_chart()
+
+    def action_toggle_log_scale(self) -> None:
+        self.chart.log_scale = not self.chart.log_scale
+        self.redraw_chart()
+
+    # -- the table and the header ----------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="table")
+    def _collect_table(self, store: Store, now: float) -> None:
+        """Off the loop: a score of store reads, each of which may wait behind a batch."""
+        owner = self.owner
+        info = store.run_info()
+        nodes = store.node_views()
+        ranks = store.rank_views()
+        live = {n.name for n in nodes if n.status is NodeStatus.RUNNING}
+        health = assess(ranks, now, live_nodes=live,
+                        straggler_fraction=owner.straggler_fraction,
+                        stall_after=owner.stall_after)
+        rows = build_rows(nodes, ranks, health, lambda r: store.series(r, "loss")[1], now)
+        failures = store.failure_list()
+        with contextlib.suppress(RuntimeError):  # the app closed meanwhile
+            self.app.call_from_thread(self._show_table, store, now, info, nodes, rows, failures)
+
+    def _show_table(self, store: Store, now: float, info: RunInfo, nodes: list[NodeView],
+                    rows: list[Row], failures: list[Failure]) -> None:
+        owner = self.owner
+        if store is not owner.store:
+            return
+        self._tell_failures(nodes, failures)
+        self.nodes_table.show_rows(rows)
+        restarts = max((n.attempt for n in nodes), default=0)
+        restarting = any(n.status is NodeStatus.RESTARTING for n in nodes)
+        self.header.set_run(info, now, restarts, owner.busy, restarting)
+        handle = owner.controller
+        if handle is not None and not self._done_told and handle.done:
+            self._done_told = True
+            notice = finished_notice(handle.run_id, handle.result)
+            if notice is not None:
+                owner.show_notice(notice)
+
+    def _tell_failures(self, nodes: list[NodeView], failures: list[Failure]) -> None:
+        """Toasts for the failures and node changes not told yet."""
+        owner = self.owner
+        for failure in failures[self._failures_seen:]:
+            owner.show_notice(failure_notice(failure))
+        self._failures_seen = len(failures)
+        failed_nodes = {f.node for f in failures}
+        for notice in node_change_notices(nodes, self._node_status, failed_nodes):
+            owner.show_notice(notice)
+        self._node_status.update((n.name, n.status) for n in nodes)
+
+    def on_nodes_table_row_selected(self, event: NodesTable.RowSelected) -> None:
+        key = event.key
+        if key.startswith("r:"):
+            self.log_pane.set_view(ViewSpec(ViewKind.RANK, rank=int(key[2:])))
+        elif key.startswith("n:"):
+            self.log_pane.set_view(ViewSpec(ViewKind.NODE, node=key[2:]))
+
+    # -- the log pane's keys (bound on the app, as ``screen.<action>``) --------------------
+
+    def action_filter(self) -> None:
+        self.log_pane.action_filter()
+
+    def action_clear_filter(self) -> None:
+        self.log_pane.action_clear_filter()
+
+    def action_next_view(self) -> None:
+        self.log_pane.action_next_view()
+
+    def action_cycle_target(self, step: int) -> None:
+        self.log_pane.action_cycle_target(step)
+
+    def action_next_match(self) -> None:
+        self.log_pane.action_next_match()
+
+    def action_previous_match(self) -> None:
+        self.log_pane.action_previous_match()
+
+    def action_first_error(self) -> None:
+        self.log_pane.action_first_error()
+
+    def action_toggle_follow(self) -> None:
+        self.log_pane.action_toggle_follow()
+
+    def action_toggle_wrap(self) -> None:
+        self.log_pane.action_toggle_wrap()
+
+    def action_save_view(self) -> None:
+        self.log_pane.action_save_view()

@@ -1,0 +1,1 @@
+"""The dashboard's modal screens: the yes/no question, quitting, help and the run picker."""

@@ -1,0 +1,348 @@
+"""The log pane: the log, its filter box and its status line, and what the log shows.
+
+One composite widget, as toolong's ``LogView``: it owns the view (all ranks, a rank, a node,
+NCCL, problems), the filter, the cursor into the store's lines, and writes what they select
+into its :class:`LogView` in batches; older lines come from disk, the view is saved to a file.
+The screen calls :meth:`LogPane.update` on its timer and forwards the keys.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from textual import work
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Input
+
+from ddptui.events import Level, LogLine
+from ddptui.store.store import Store
+from ddptui.tui.scrollback import LineFile
+from ddptui.tui.views import VIEW_ORDER, ViewKind, ViewSpec, compile_filter, format_line
+from ddptui.tui.widgets.log_status import LogState, LogStatus
+from ddptui.tui.widgets.log_view import MAX_LINES, LogView
+
+#: Lines read from disk per ``home`` at the top.
+OLDER_CHUNK = 1000
+#: Lines written to the log per tick at most (6k/s at 15 Hz); a flood beyond that is more
+#: than anyone reads: the newest are shown, the rest counted and kept in the rings and on disk.
+TICK_LINES = 400
+#: A drain that brings this many lines means a flood: then the log is written twice a
+#: second, not 15 times (scrolling text that fast is unreadable, and each write repaints it all).
+FLOOD_LINES = 200
+FLOOD_EVERY_S = 0.5
+
+
+class LogPane(Vertical):
+    """The log of the run's lines as the current view and filter select them.
+
+    Toasts go through the app, which shows them as plain text (they quote the nodes' lines
+    and the user's regexes).
+    """
+
+    DEFAULT_CSS = """
+    LogPane {
+        width: 1fr;
+        height: 1fr;
+
+        #filter {
+            height: 3;
+            dock: bottom;
+            margin-bottom: 1;
+        }
+    }
+    """
+
+    def __init__(self, store: Store, *, clock: Callable[[], float] = time.time,
+                 id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.store = store
+        #: The clock that names saved views.
+        self.clock = clock
+        #: Which lines the log shows.
+        self.view = ViewSpec()
+        #: The filter: only lines it finds are shown, its matches marked.
+        self.pattern: re.Pattern[str] | None = None
+        #: Lines that a flood pushed past the log (they are on disk).
+        self.skipped = 0
+        #: The store's sequence number up to which its lines were read.
+        self.cursor = 0
+        #: Drains bring so many lines that the log is written less often.
+        self.flooding = False
+        self._last_drain = 0.0
+        #: The log shows another view, run or filter than it should: rebuild it when shown.
+        self._stale = True
+        #: The newest line of a rebuild, which the next drain may bring again.
+        self._rebuilt_through: LogLine | None = None
+
+    def compose(self) -> ComposeResult:
+        yield LogView(id="log")
+        box = Input(placeholder="regex (smart case); enter: filter, esc: clear", id="filter")
+        box.display = False  # until `/`
+        yield box
+        yield LogStatus(id="log-status")
+
+    @property
+    def log_view(self) -> LogView:
+        return self.query_one("#log", LogView)
+
+    @property
+    def filter_box(self) -> Input:
+        return self.query_one("#filter", Input)
+
+    @property
+    def log_status(self) -> LogStatus:
+        return self.query_one("#log-status", LogStatus)
+
+    def follow_store(self, store: Store) -> None:
+        """Show another run's store, from its start; the view and filter stay."""
+        self.store = store
+        self.skipped = 0
+        self.cursor = 0
+        self.flooding = False
+        self._last_drain = 0.0
+        self._stale = True
+        self._rebuilt_through = None
+
+    def mark_stale(self) -> None:
+        """Rebuild the log the next time it is updated while shown."""
+        self._stale = True
+
+    # -- reading the store -----------------------------------------------------------------
+
+    def update(self, changed: bool = False) -> None:
+        """Bring the log up to date with the store, in one batch; while hidden, only move
+        the cursor (``changed``: the store did change) and rebuild once shown."""
+        store = self.store
+        if self.display:
+            now = time.monotonic()
+            if self._stale:
+                self._rebuild()
+            elif store.seq != self.cursor and (
+                    not self.flooding or now - self._last_drain >= FLOOD_EVERY_S):
+                self._last_drain = now
+                self._drain()
+        elif changed:
+            self.cursor = store.seq
+            self._stale = True
+        self.refresh_status()
+
+    def _drain(self) -> None:
+        before = self.cursor
+        lines, self.cursor, skipped = self.store.lines_since(self.cursor, TICK_LINES)
+        self.flooding = self.cursor - before >= FLOOD_LINES
+        self.skipped += skipped
+        if self._rebuilt_through is not None:
+            mark, self._rebuilt_through = self._rebuilt_through, None
+            for i in range(len(lines) - 1, -1, -1):
+                if lines[i] is mark:
+                    lines = lines[i + 1:]
+                    break
+        if lines:
+            self.log_view.append(self._shown(lines))
+
+    def _shown(self, lines: Iterable[LogLine]) -> list[str]:
+        view, pattern = self.view, self.pattern
+        accepts = view.accepts
+        if pattern is None:
+            return [format_line(line, view) for line in lines if accepts(line)]
+        search = pattern.search
+        return [format_line(line, view) for line in lines if accepts(line) and search(line.text)]
+
+    def _rebuild(self) -> None:
+        """A fresh view: newest lines from the rings, then follow from the store's cursor."""
+        store = self.store
+        self._stale = False
+        self.cursor = store.seq
+        if self.view.kind is ViewKind.RANK and self.view.rank is not None:
+            source = store.rank_tail(self.view.rank)
+        else:
+            source = store.recent_lines()
+        self._rebuilt_through = source[-1] if source else None
+        log = self.log_view
+        log.set_dim_nccl(self.view.kind is ViewKind.ALL)
+        log.set_pattern(self.pattern)
+        log.set_lines(self._shown(source)[-MAX_LINES:])
+        self._drain()
+
+    def refresh_status(self) -> None:
+        log = self.log_view
+        self.log_status.state = LogState(
+            self.view.label, log.follow, log.pending, log.wrap,
+            self.pattern.pattern if self.pattern else "", log.history,
+            self.skipped + self.store.not_live,  # neither came to this view; both are on disk
+        )
+
+    # -- views -----------------------------------------------------------------------------
+
+    def set_view(self, view: ViewSpec) -> None:
+        self.view = view
+        self._stale = True
+        self.log_view.follow = True
+        self.update()
+
+    def targets(self, kind: ViewKind) -> list[ViewSpec]:
+        """A view per rank, or per node, that the run has so far."""
+        if kind is ViewKind.RANK:
+            return [ViewSpec(kind, rank=r.rank) for r in self.store.rank_views()]
+        if kind is ViewKind.NODE:
+            return [ViewSpec(kind, node=n.name) for n in self.store.node_views()]
+        return []
+
+    def action_next_view(self) -> None:
+        i = VIEW_ORDER.index(self.view.kind)
+        for step in range(1, len(VIEW_ORDER) + 1):
+            kind = VIEW_ORDER[(i + step) % len(VIEW_ORDER)]
+            if kind in (ViewKind.RANK, ViewKind.NODE):
+                targets = self.targets(kind)
+                if not targets:
+                    continue
+                self.set_view(self.view if self.view in targets else targets[0])
+            else:
+                self.set_view(ViewSpec(kind))
+            return
+
+    def action_cycle_target(self, step: int) -> None:
+        kind = self.view.kind
+        if kind not in (ViewKind.RANK, ViewKind.NODE):
+            kind = ViewKind.RANK
+        targets = self.targets(kind)
+        if not targets:
+            return
+        i = targets.index(self.view) + step if self.view in targets else 0
+        self.set_view(targets[i % len(targets)])
+
+    # -- the filter ------------------------------------------------------------------------
+
+    def action_filter(self) -> None:
+        box = self.filter_box
+        box.display = True
+        box.value = self.pattern.pattern if self.pattern else ""
+        box.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id != "filter":
+            return
+        self.set_filter(event.value)
+        event.input.display = False
+        self.log_view.focus()
+
+    def set_filter(self, text: str) -> None:
+        pattern, problem = compile_filter(text)
+        if problem:
+            self.app.notify(problem, severity="warning")
+        self.pattern = pattern
+        self.set_view(self.view)
+
+    def action_clear_filter(self) -> None:
+        box = self.filter_box
+        if box.display:
+            box.display = False
+            self.log_view.focus()
+            return
+        if self.pattern is not None:
+            self.set_filter("")
+
+    def _jump(self, forward: bool, level: Level | None = None) -> None:
+        log = self.log_view
+        pattern = None if level else self.pattern
+        if pattern is None and level is None:
+            self.app.notify("No filter: press / first.", severity="warning")
+            return
+        if log.match_row is None:
+            start = 0 if forward else len(log.lines) - 1
+        else:
+            start = log.match_row + (1 if forward else -1)
+        row = log.find_row(start, forward, pattern, level)
+        if row is None and log.match_row is not None and level is None:  # wrap around
+            row = log.find_row(0 if forward else len(log.lines) - 1, forward, pattern)
+        if row is None:
+            self.app.notify("No error in this view." if level else "No more matches.")
+            return
+        log.jump_to(row)
+
+    def action_next_match(self) -> None:
+        self._jump(True)
+
+    def action_previous_match(self) -> None:
+        self._jump(False)
+
+    def action_first_error(self) -> None:
+        self.log_view.match_row = None
+        self._jump(True, Level.ERROR)
+
+    # -- follow, wrap, older lines, save ---------------------------------------------------
+
+    def action_toggle_follow(self) -> None:
+        log = self.log_view
+        log.follow = not log.follow
+        self.refresh_status()
+
+    def action_toggle_wrap(self) -> None:
+        log = self.log_view
+        log.wrap = not log.wrap
+        self.refresh_status()
+
+    def on_log_view_follow_changed(self, _: LogView.FollowChanged) -> None:
+        self.refresh_status()  # at once: a key's effect should not wait a tick
+
+    def on_log_view_older_wanted(self, _: LogView.OlderWanted) -> None:
+        view = self.view
+        if view.kind is ViewKind.RANK and view.rank is not None:
+            path = self.store.rank_log_path(view.rank)
+        elif view.kind is ViewKind.NODE and view.node is not None:
+            path = self.store.node_log_path(view.node)
+        elif view.kind is ViewKind.ALL:
+            path = self.store.all_log_path()
+        else:
+            self.app.notify("Older lines come from disk in the all-ranks, rank and node views: "
+                            "pick one with v or [ ].")
+            return
+        log = self.log_view
+        first = log.raw[0] if log.raw else ""
+        if view.kind is ViewKind.NODE:
+            first = re.sub(r"^\[[^\]]*\] ", "", first)
+        if path is None or not first:
+            return
+        self._read_older(path, first, log.history, view.kind is ViewKind.NODE, self.pattern)
+
+    @work(thread=True, exclusive=True, group="scrollback")
+    def _read_older(self, path: Path, first: str, already: int, raw_node_log: bool,
+                    pattern: re.Pattern[str] | None) -> None:
+        """Off the loop: the ``OLDER_CHUNK`` lines on disk before the log's first one."""
+        line_file = LineFile(path)
+        total = line_file.refresh()
+        if raw_node_log:
+            # the raw node log carries torchrun's rank prefix: match on the line's end
+            lines = line_file.read(max(0, total - 20_000), total)
+            at = next((max(0, total - 20_000) + i for i in range(len(lines) - 1, -1, -1)
+                       if lines[i].endswith(first)), None)
+        else:
+            at = line_file.find_before(first, total, window=20_000 + already)
+        if at is None or at == 0:
+            self.app.call_from_thread(self.app.notify, "No older lines on disk.")
+            return
+        older = line_file.read(max(0, at - OLDER_CHUNK), at)
+        if pattern is not None:
+            older = [line for line in older if pattern.search(line)]
+        self.app.call_from_thread(self.log_view.prepend, older)
+
+    def action_save_view(self) -> None:
+        lines = list(self.log_view.raw)
+        base = self.store.run_dir or Path.cwd()
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(self.clock()))
+        name = re.sub(r"[^\w.-]+", "-", self.view.label)
+        self._save(base / f"view-{name}-{stamp}.log", lines)
+
+    @work(thread=True, group="save")
+    def _save(self, path: Path, lines: list[str]) -> None:
+        try:
+            path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        except OSError as e:
+            self.app.call_from_thread(self.app.notify, f"Cannot save: {e}", severity="error")
+            return
+        self.app.call_from_thread(self.app.notify, f"Saved {len(lines):,} lines to {path}",
+                                  title="Saved")

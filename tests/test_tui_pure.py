@@ -218,3 +218,53 @@ def test_log_rows_are_cut_to_the_pane_and_carry_selection_offsets() -> None:
     hit = [s for s in styler.row("step 5 loss 0.1", base, True, 0, 20, 3) if s.text == "loss"]
     assert hit and hit[0].style is not None and hit[0].style.bgcolor is not None
     assert hit[0].style.reverse and hit[0].style.meta == {"offset": (7, 3)}
+
+
+def test_failure_notice_names_rank_code_signal_and_cause() -> None:
+    from ddptui.events import Failure
+    from ddptui.tui.notices import failure_notice
+
+    said = failure_notice(Failure("node-b", 3, -9, "SIGKILL", "", 0.0))
+    assert said.message == "node-b: rank 3 failed, exit code -9 (SIGKILL): no root cause reported"
+    assert (said.title, said.severity, said.timeout) == ("Node failed", "error", 15)
+    said = failure_notice(Failure("node-b", None, None, None, "ValueError: boom", 0.0))
+    assert said.message == "node-b: a rank failed, failed: ValueError: boom"
+
+
+def test_node_change_notices_only_for_changes_not_told_already() -> None:
+    from ddptui.tui.notices import node_change_notices
+
+    lost = NodeView("a", 0, NodeStatus.LOST, detail="no answer", exit_code=None)
+    failed = NodeView("b", 1, NodeStatus.FAILED, exit_code=1)
+    restarting = NodeView("c", 2, NodeStatus.RESTARTING, detail="rank 4 failed", attempt=2)
+    running = NodeView("d", 3, NodeStatus.RUNNING)
+    said = node_change_notices([lost, failed, restarting, running],
+                               {"d": NodeStatus.STARTING}, failed_nodes={"b"})
+    assert [n.message for n in said] == [
+        "a lost: no answer", "c restarting the workers (attempt 2). rank 4 failed"]
+    assert [n.severity for n in said] == ["error", "warning"]
+    assert node_change_notices([lost], {"a": NodeStatus.LOST}, set()) == []
+
+
+def test_stop_texts() -> None:
+    from ddptui.launch.outcome import RunResult, StopReport
+    from ddptui.tui.notices import (
+        finished_notice,
+        quit_question,
+        stop_question,
+        stop_report_notice,
+    )
+
+    assert stop_question("Stop", "r1", 1, 1) == "Stop run r1? This ends 1 process on 1 node."
+    assert stop_question("Restart", "r1", 5, 2).endswith("ends 5 processes on 2 nodes.")
+    clean = stop_report_notice("r1", StopReport(leftover={"a": []}))
+    assert (clean.message, clean.title) == ("Run r1 stopped; no process of it is left.",
+                                            "Stopped")
+    left = stop_report_notice("r1", StopReport(leftover={"a": [], "b": [12, 13]}))
+    assert left.message == "Processes still alive after stop: b: 12, 13"
+    assert (left.title, left.severity) == ("Stop incomplete", "error")
+    assert finished_notice("r1", None) is None
+    failed = finished_notice("r1", RunResult(1, [], {}, False))
+    assert failed is not None and failed.severity == "error"
+    assert failed.message == "Run r1 finished with exit code 1."
+    assert "`ddptui attach r1`" in quit_question("r1", 5, 2)

@@ -50,8 +50,9 @@ def _under_type_checking(tree: ast.Module) -> set[int]:
     return lines
 
 
-def imports(module: str, path: Path) -> set[str]:
-    """Every module ``module`` imports when it runs, at the top or inside a function."""
+def imports(module: str, path: Path, modules: frozenset[str] = frozenset()) -> set[str]:
+    """Every module ``module`` imports when it runs, at the top or inside a function;
+    ``modules`` are the project's own, to tell a submodule from a name in a package."""
     tree = ast.parse(path.read_text())
     skip = _under_type_checking(tree)
     found: set[str] = set()
@@ -62,14 +63,19 @@ def imports(module: str, path: Path) -> set[str]:
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = _resolve(module, path, node)
-            found.add(base)
-            found.update(f"{base}.{a.name}" for a in node.names)
+            subs = {f"{base}.{a.name}" for a in node.names}
+            found.update(subs)
+            # `from pkg import submodule` loads the submodule, not pkg's own names: pkg's
+            # __init__ runs as the parent of any submodule, which is no edge of the flow.
+            if not subs <= modules:
+                found.add(base)
     return found
 
 
 def _graph() -> dict[str, set[str]]:
     sources = dict(_sources())
-    return {m: {i for i in imports(m, p) if i in sources and i != m}
+    modules = frozenset(sources)
+    return {m: {i for i in imports(m, p, modules) if i in sources and i != m}
             for m, p in sources.items()}
 
 

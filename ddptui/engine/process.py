@@ -32,6 +32,7 @@ from ddptui.config import HostsConfig
 from ddptui.engine.client import EngineCalls, EngineClient, EngineError, error_payload
 from ddptui.engine.wire import Backlog, encode, pack_snapshot, split_changes
 from ddptui.launch.outcome import RunResult, StopReport
+from ddptui.store import rundir
 from ddptui.store.store import Store
 
 SEND_EVERY_S = 0.03
@@ -167,7 +168,7 @@ class _Engine:
         if self.run is not None:
             raise RuntimeError("this engine already runs a controller")
         run = target(*args)
-        _redirect_output(str(Path(run.local_dir) / "engine.log"))
+        _redirect_output(str(Path(run.local_dir) / rundir.ENGINE_LOG))
         self.run = run
         snapshot = run.store.subscribe(self.backlog.add)
         self._sender.start()

@@ -158,3 +158,37 @@ def test_a_node_failing_mid_launch_leaves_no_half_started_cluster(tmp_path: Path
     assert list((tmp_path / "wa").glob(".ddptui/runs/*")) == [], "node a kept a run directory"
     run_id = run_id_of(res.stdout)
     assert marked_pids(run_id) == []
+
+
+@pytest.mark.torchrun
+def test_a_rank_that_raises_is_the_summarys_first_line(tmp_path: Path) -> None:
+    """The summary leads with ddptui's diagnosis (the exception, the rank, its node), and
+    ``run.json`` keeps it; torch's launcher text is never that line."""
+    from jobs import write_job
+
+    hosts = local_hosts(tmp_path, 29723, JOB_LINES="20", JOB_FAIL_RANK="1")
+    path = write_job(tmp_path, hosts)
+    state = tmp_path / "state"
+    res = ddptui("run", str(path), "--headless", state=state, timeout=300)
+    out = res.stdout
+    assert res.returncode == 1, out[-4000:] + res.stderr[-2000:]
+    ranks = set(re.findall(r"^\[([ab]) r1\] \[seq", out, re.M))
+    assert len(ranks) == 1, out[-4000:]
+    node = ranks.pop()
+    said = [ln for ln in out.splitlines()
+            if ln.startswith("ddptui: ") and not ln.startswith("ddptui: run ")]
+    assert said, out[-4000:]
+    head = said[0]
+    assert head.startswith(f"ddptui: rank 1 (node {node}) raised RuntimeError: rank 1 gave up "
+                           "at line 10. What to do: "), out[-4000:]
+    assert "To enable traceback" not in head and "errors.html" not in head
+    summary = out[out.index(head):]
+    assert "  last lines of rank 1:" in summary  # the per-rank report stays, below it
+    assert re.search(r"^ddptui: run \S+ failed, exit code 1$", out, re.M)
+    run_id = run_id_of(out)
+    meta = json.loads((state / "runs" / run_id / "run.json").read_text())
+    assert meta["status"] == "failed"
+    d = meta["diagnosis"]
+    assert (d["cause"], d["node"], d["rank"]) == ("rank_error", node, 1)
+    assert d["headline"] == head.removeprefix("ddptui: ")
+    assert marked_pids(run_id) == []

@@ -1,7 +1,8 @@
 """The headless face: every line, prefixed with its node and global rank, on stdout.
 
 It prints from the controller's consumer thread through a listener, so it sees every line
-in order (the store's rings are for screens, which may skip; a log printer may not).
+in order (the store's rings are for screens, which may skip; a log printer may not). A failed
+run's summary leads with ddptui's diagnosis: torch's launcher text explains nothing to a person.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
+from ddptui.diagnose import Diagnosis
+from ddptui.diagnose.signatures import BOILERPLATE
 from ddptui.events import Failure, Level, LogLine, Metric, NodeState, Source, format_metric
 from ddptui.launch.controller import Controller
 from ddptui.launch.follow import Batch
@@ -59,12 +62,26 @@ def format_failure_head(f: Failure) -> str:
     how = f"exit code {f.exit_code}" if f.exit_code is not None else "no exit code"
     if f.signal:
         how += f" ({f.signal})"
-    return f"[{f.node}] ✗ {rank} failed: {how}: {f.root_cause}"
+    # torch's "To enable traceback see: <url>" explains nothing about the rank: left out
+    cause = f.root_cause.strip()
+    if cause and not any(b in cause for b in BOILERPLATE):
+        how += f": {cause}"
+    return f"[{f.node}] ✗ {rank} failed: {how}"
+
+
+def diagnosis_report(d: Diagnosis) -> list[str]:
+    """The diagnosis first: ddptui's sentence, the lines it rests on, then node by node."""
+    out = [f"ddptui: {d.headline}"]
+    out.extend(f"  {line}" for line in d.evidence)
+    for node, lines in d.details.items():
+        out.extend(f"  node {node}: {line}" for line in lines)
+    return out
 
 
 def failure_report(store: Store, result: RunResult, tail: int = 15, run_id: str = "") -> str:
-    """Why the run failed, for a person: which node, which rank, how, and its last lines."""
-    out: list[str] = []
+    """Why the run failed, for a person: the diagnosis, then which node, which rank, how,
+    and its last lines."""
+    out: list[str] = [] if result.diagnosis is None else diagnosis_report(result.diagnosis)
     failures = result.failures
     if failures:
         seen: set[tuple[str, int | None]] = set()

@@ -25,8 +25,9 @@ from typing import Any
 from ddptui.config import HostsConfig, NodeConfig
 from ddptui.events import Level, NodeLogParser, NodeState, NodeStatus, RunStatus, ssh_line
 from ddptui.launch import nodeops, staging
+from ddptui.launch.evidence import Evidence
 from ddptui.launch.follow import Batch, Finished, NodeFollower, replay_raw_logs
-from ddptui.launch.outcome import STOPPED_EXIT, LaunchError, RunResult, StopReport
+from ddptui.launch.outcome import LaunchError, RunResult, StopReport, run_exit_code
 from ddptui.launch.plan import NodeLaunch, Plan, expand_home, make_plan, new_run_id
 from ddptui.launch.reach import connect, map_at_once, probe_node
 from ddptui.store import rundir
@@ -71,6 +72,7 @@ class Controller:
         self._listeners: list[Callable[[Batch], None]] = []
         self._publish_lock = threading.Lock()
         self._meta: dict[str, Any] = {}
+        self.evidence = Evidence()  # the diagnosis's own copy: the store's rings may drop lines
 
     @property
     def done(self) -> bool:
@@ -94,6 +96,7 @@ class Controller:
             return
         with self._publish_lock:  # launch threads publish at once before the consumer runs
             self.store.apply(batch.events, batch.raw_done)
+            self.evidence.add(batch.events)
             for fn in self._listeners:
                 fn(batch)
 
@@ -252,6 +255,7 @@ class Controller:
             raw_done.update(item.raw_done)
         if events or raw_done:
             self.store.apply(events, raw_done)
+            self.evidence.add(events)
         for item in items:
             if isinstance(item, Batch):
                 for fn in self._listeners:
@@ -262,23 +266,18 @@ class Controller:
         stopped = self._stopping.is_set() or any(
             f.status is NodeStatus.STOPPED for f in self._finished.values())
         failures = self.store.failure_list()
-        if stopped:
-            code = STOPPED_EXIT
-        elif all(c == 0 for c in codes.values()):
-            code = 0
-        else:
-            code = 255
-            order = [f.node for f in failures] + [n.name for n in self.config.nodes]
-            for name in order:
-                c = codes.get(name)
-                if c != 0:
-                    code = 255 if c is None else (c if 0 < c < 256 else 1)
-                    break
-        self.result = RunResult(code, failures, codes, stopped)
+        names = [n.name for n in self.config.nodes]
+        code = run_exit_code(codes, failures, names, stopped)
+        found, why_not = None, None
+        if code != 0 and not stopped:  # a run a person stopped has no cause to find
+            world = self.plan.world_size if self.plan else self._meta.get("world_size")
+            found, why_not = self.evidence.diagnose(names, world, code)
+        self.result = RunResult(code, failures, codes, stopped, found)
         status = RunStatus.STOPPED if stopped else (
             RunStatus.FINISHED if code == 0 else RunStatus.FAILED)
         self._set_status(status, exit_code=code, ended_at=time.time())
-        self._write_meta(node_exit_codes=codes)
+        self._write_meta(node_exit_codes=codes, diagnosis=found.to_dict() if found else None,
+                         **({"diagnosis_error": why_not} if why_not else {}))
         self.store.close()
         self._close_transports()
         self._done.set()
@@ -376,6 +375,7 @@ class Controller:
         ctl._pgids = {n: v.get("pgid") for n, v in ctl._meta["nodes"].items()}
         # the new store has opened no mirror file yet, so recovery may truncate them
         parsers = replay_raw_logs(ctl.store, ctl.local_dir, [n.name for n in config.nodes])
+        ctl.evidence.seed(ctl.store)
         ctl.store.set_run(run_id=run_id, status=RunStatus.RUNNING,
                           started_at=meta.get("started_at"),
                           world_size=meta.get("world_size"))

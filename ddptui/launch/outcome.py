@@ -7,8 +7,10 @@ reads a :class:`RunResult` without loading any of that.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ddptui.diagnose import Diagnosis
 from ddptui.events import Failure
 
 #: The exit code of a run that was stopped (by a key, ``ddptui stop`` or Ctrl-C), as a
@@ -27,12 +29,33 @@ class LaunchError(Exception):
 @dataclass
 class RunResult:
     """A run that ended: its exit code (0 only when every node exited 0), what failed, and
-    each node's own exit code (None where none was written: the node was lost)."""
+    each node's own exit code (None where none was written: the node was lost).
+
+    ``diagnosis`` is ddptui's one explanation of a failed run (None for a run that succeeded
+    or was stopped, or that no rule explains): faces lead with its headline, never with the
+    root cause torch recorded, which is often its own boilerplate.
+    """
 
     exit_code: int
     failures: list[Failure]
     node_exit_codes: dict[str, int | None]
     stopped: bool
+    diagnosis: Diagnosis | None = None
+
+
+def run_exit_code(codes: Mapping[str, int | None], failures: Sequence[Failure],
+                  nodes: Sequence[str], stopped: bool) -> int:
+    """One code for the run, as a shell reads it: the first failed node's own (by failure
+    order, then hosts-file order), squeezed into 1-255; 255 for a node that was lost."""
+    if stopped:
+        return STOPPED_EXIT
+    if all(c == 0 for c in codes.values()):
+        return 0
+    for name in [f.node for f in failures] + list(nodes):
+        c = codes.get(name)
+        if c != 0:
+            return 255 if c is None else (c if 0 < c < 256 else 1)
+    return 255
 
 
 @dataclass

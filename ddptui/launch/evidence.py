@@ -1,0 +1,132 @@
+"""The controller's own copy of what the run's diagnosis reads, bounded per stream.
+
+The store's rings are sized for screens and drop a flooding rank's older lines; the
+diagnosis needs both ends of each rank's story: its first words (the NCCL banner, an early
+``NCCL WARN``) and its last (the traceback). So every stream keeps a head and a tail of its
+own, and warnings and errors are a stream apart from plain lines, so a flood of ``print``
+after an error cannot push the error out. Memory is bounded by the number of streams (a
+handful per rank and per node), whatever the ranks print.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from ddptui.diagnose import Diagnosis, diagnose
+from ddptui.events import Event, Level, LogLine, Metric
+from ddptui.store.store import Store
+
+#: Lines kept per rank stream (its first ``head``, then its last ``tail``): a rank has up to
+#: four streams (its own lines and NCCL's, each plain and loud).
+RANK_HEAD, RANK_TAIL = 32, 128
+#: Per node stream: the agent's failure blocks list every local rank, so it keeps more.
+NODE_HEAD, NODE_TAIL = 64, 256
+#: NodeStates and Failures: a few per node and attempt in any real run; the cap only guards
+#: against a node that flaps for days.
+STATE_HEAD, STATE_TAIL = 1_000, 4_000
+
+_Item = tuple[int, Event]
+
+
+class _Stream:
+    """The first ``head`` items, then a ring of the last ``tail``.
+
+    Its adder is what :class:`Evidence` calls per line: :meth:`_to_head` while the head
+    fills, then the ring's own ``append`` (a C call), so a long run's lines cost no Python
+    frame here.
+    """
+
+    __slots__ = ("head", "head_max", "key", "sinks", "tail")
+
+    def __init__(self, head: int, tail: int, sinks: dict[Any, Callable[[_Item], None]],
+                 key: Any) -> None:
+        self.head: list[_Item] = []
+        self.head_max = head
+        self.tail: deque[_Item] = deque(maxlen=tail)
+        self.sinks, self.key = sinks, key
+        sinks[key] = self._to_head if head else self.tail.append
+
+    def _to_head(self, item: _Item) -> None:
+        self.head.append(item)
+        if len(self.head) >= self.head_max:
+            self.sinks[self.key] = self.tail.append
+
+    def items(self) -> list[_Item]:
+        return [*self.head, *self.tail]
+
+    def __len__(self) -> int:
+        return len(self.head) + len(self.tail)
+
+
+class Evidence:
+    """Fed every batch on the controller's consumer thread; read once, when the run ends.
+
+    :meth:`add` is on the hot path (every line of every rank): a tuple key, one dict look-up
+    and a deque append per line, no regex; the sorting and the rules run only at the end.
+    """
+
+    def __init__(self) -> None:
+        self._n = 0  # arrival order across streams, which the rules' block parsing needs
+        self._streams: list[_Stream] = []
+        self._sinks: dict[Any, Callable[[_Item], None]] = {}
+        self._states = _Stream(STATE_HEAD, STATE_TAIL, {}, None)
+        self._metrics: dict[tuple[str, int], _Item] = {}
+
+    def add(self, events: Iterable[Event]) -> None:
+        n, sinks, debug = self._n, self._sinks, Level.DEBUG
+        error, warning = Level.ERROR, Level.WARNING
+        for ev in events:
+            n += 1
+            if type(ev) is LogLine:
+                rank, level = ev.rank, ev.level
+                if level is debug and rank is not None:
+                    continue  # a rank's DEBUG lines are torch's INFO chatter
+                key = (ev.node, rank, ev.source, level is error or level is warning)
+                add = sinks.get(key)
+                if add is None:
+                    self._streams.append(_Stream(RANK_HEAD, RANK_TAIL, sinks, key)
+                                         if rank is not None
+                                         else _Stream(NODE_HEAD, NODE_TAIL, sinks, key))
+                    add = sinks[key]
+                add((n, ev))
+            elif type(ev) is Metric:
+                # The last step per rank is all the rules read (which rank stopped first).
+                if ev.step is not None or (ev.node, ev.rank) not in self._metrics:
+                    self._metrics[(ev.node, ev.rank)] = (n, ev)
+            else:
+                self._states.sinks[None]((n, ev))
+        self._n = n
+
+    def seed(self, store: Store) -> None:
+        """What an attached run's store rebuilt from disk, before following resumes: the
+        rank rings, the agents' lines still in the all-lines ring, and the failures."""
+        lines = [ln for ln in store.recent_lines() if ln.rank is None]
+        for rank in list(store.ranks):
+            lines.extend(store.rank_tail(rank))
+        lines.sort(key=lambda ln: ln.time)  # stable: each ring is in order already
+        self.add(lines)
+        self.add(store.failure_list())
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self._streams) + len(self._states) + len(self._metrics)
+
+    def events(self) -> list[Event]:
+        """Everything kept, in the order it arrived."""
+        items = [it for s in self._streams for it in s.items()]
+        items.extend(self._states.items())
+        items.extend(self._metrics.values())
+        items.sort(key=lambda it: it[0])
+        return [ev for _, ev in items]
+
+    def diagnose(self, nodes: Sequence[str], world_size: int | None, exit_code: int
+                 ) -> tuple[Diagnosis | None, str | None]:
+        """The run's diagnosis, or why there is none; a bug in a rule must not keep the run
+        from ending, so it comes back as the second value (for ``run.json``), never raised."""
+        try:
+            return diagnose(self.events(), nodes=nodes, world_size=world_size,
+                            exit_code=exit_code), None
+        except Exception as e:  # reported in run.json; the run still ends
+            return None, f"{type(e).__name__}: {e}"
+

@@ -268,3 +268,23 @@ def test_stop_texts() -> None:
     assert failed is not None and failed.severity == "error"
     assert failed.message == "Run r1 finished with exit code 1."
     assert "`ddptui attach r1`" in quit_question("r1", 5, 2)
+
+
+def test_toasts_never_headline_torchs_boilerplate_and_tell_the_diagnosis() -> None:
+    from ddptui.diagnose import Cause, Diagnosis
+    from ddptui.events import Failure
+    from ddptui.launch.outcome import RunResult
+    from ddptui.tui.notices import failure_notice, finished_notice
+
+    boiler = ("To enable traceback see: "
+              "https://pytorch.org/docs/stable/elastic/errors.html")
+    said = failure_notice(Failure("node-b", 1, 1, None, boiler, 0.0))
+    assert said.message == "node-b: rank 1 failed, exit code 1: no root cause reported"
+    d = Diagnosis(Cause.RANK_ERROR, "rank 1 (node b) raised ValueError: boom. What to do: fix "
+                  "it in the script.", "rank 1 (node b) raised ValueError: boom",
+                  "fix it in the script", "b", 1,
+                  evidence=["[b r1] [rank1]: ValueError: boom"])
+    told = finished_notice("r1", RunResult(1, [], {"b": 1}, False, diagnosis=d))
+    assert told is not None
+    assert told.message == d.headline + "\n[b r1] [rank1]: ValueError: boom"
+    assert (told.title, told.severity) == ("Run r1 failed (exit code 1)", "error")

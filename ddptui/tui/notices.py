@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from textual.notifications import SeverityLevel
 
+from ddptui.diagnose.signatures import BOILERPLATE
 from ddptui.events import Failure, NodeStatus
 from ddptui.launch.outcome import RunResult, StopReport
 from ddptui.store.store import NodeView
@@ -33,7 +34,11 @@ def failure_notice(failure: Failure) -> Notice:
     how = f"exit code {failure.exit_code}" if failure.exit_code is not None else "failed"
     if failure.signal:
         how += f" ({failure.signal})"
-    cause = failure.root_cause or "no root cause reported"
+    cause = failure.root_cause.strip()
+    if not cause or any(b in cause for b in BOILERPLATE):
+        # torch's "To enable traceback see: <url>" says nothing of the rank; the run's
+        # diagnosis, when it ends, says what did.
+        cause = "no root cause reported"
     return Notice(f"{failure.node}: {who} failed, {how}: {cause}", "Node failed", "error", 15)
 
 
@@ -58,10 +63,17 @@ def node_change_notices(nodes: Iterable[NodeView], seen: Mapping[str, NodeStatus
 
 
 def finished_notice(run_id: str, result: RunResult | None) -> Notice | None:
-    """The run ended by itself: its exit code (None when the handle knows no result)."""
+    """The run ended by itself: its exit code (None when the handle knows no result) and, for
+    a failed run, ddptui's diagnosis (what happened, where, what to do) with the line it rests
+    on."""
     if result is None:
         return None
     code = result.exit_code
+    d = result.diagnosis
+    if d is not None:
+        evidence = f"\n{d.evidence[0]}" if d.evidence else ""
+        return Notice(d.headline + evidence, f"Run {run_id} failed (exit code {code})",
+                      "error", 30)
     return Notice(f"Run {run_id} finished with exit code {code}.",
                   severity="information" if code == 0 else "error")
 

@@ -184,7 +184,7 @@ def _own_error(rf: RankFacts) -> tuple[str, float, list[str]] | None:
     """The rank's own last error line (exception or usage error), never torch's boilerplate."""
     for ln in reversed(rf.lines):
         text = said(ln)
-        if any(b in text for b in sig.BOILERPLATE):
+        if sig.is_boilerplate(text):
             continue
         if sig.EXCEPTION.match(text) or sig.USAGE_ERROR.match(text):
             return text, ln.time, [cite(ln)]
@@ -214,9 +214,8 @@ def rank_error(facts: RunFacts, claimed: set[Key]) -> list[Finding]:
 def _root_cause(facts: RunFacts, rf: RankFacts) -> tuple[str, float, list[str]] | None:
     """torchrun's Root Cause block, when the rank's own lines did not come through."""
     for f in facts.nodes[rf.node].failures:
-        cause = f.root_cause.strip()
-        if f.rank == rf.rank and cause and not any(b in cause for b in sig.BOILERPLATE) \
-                and sig.EXCEPTION.match(cause):
+        cause = sig.own_cause(f.root_cause)
+        if f.rank == rf.rank and sig.EXCEPTION.match(cause):
             return cause, f.time, [f"[{f.node} agent] {cause}"]
     return None
 

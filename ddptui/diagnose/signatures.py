@@ -27,6 +27,17 @@ BOILERPLATE = (
     "SignalException",
 )
 
+
+def is_boilerplate(text: str) -> bool:
+    return any(b in text for b in BOILERPLATE)
+
+
+def own_cause(root_cause: str) -> str:
+    """What torch's root-cause text says of the rank, or "" when it is only torch's
+    boilerplate ("To enable traceback see: <url>"), which explains nothing."""
+    cause = root_cause.strip()
+    return "" if is_boilerplate(cause) else cause
+
 # torch >= 2.3: `CUDA out of memory. Tried to allocate 67.53 GiB. GPU 0 has a total capacity
 # of 79.18 GiB of which 10.49 GiB is free.`
 _SIZE = r"[\d.]+ [KMGT]?i?B"

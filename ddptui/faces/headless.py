@@ -11,7 +11,7 @@ import sys
 from typing import TextIO
 
 from ddptui.diagnose import Diagnosis
-from ddptui.diagnose.signatures import BOILERPLATE
+from ddptui.diagnose.signatures import own_cause
 from ddptui.events import Failure, Level, LogLine, Metric, NodeState, Source, format_metric
 from ddptui.launch.controller import Controller
 from ddptui.launch.follow import Batch
@@ -62,9 +62,8 @@ def format_failure_head(f: Failure) -> str:
     how = f"exit code {f.exit_code}" if f.exit_code is not None else "no exit code"
     if f.signal:
         how += f" ({f.signal})"
-    # torch's "To enable traceback see: <url>" explains nothing about the rank: left out
-    cause = f.root_cause.strip()
-    if cause and not any(b in cause for b in BOILERPLATE):
+    cause = own_cause(f.root_cause)
+    if cause:
         how += f": {cause}"
     return f"[{f.node}] ✗ {rank} failed: {how}"
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from textual.notifications import SeverityLevel
 
-from ddptui.diagnose.signatures import BOILERPLATE
+from ddptui.diagnose.signatures import own_cause
 from ddptui.events import Failure, NodeStatus
 from ddptui.launch.outcome import RunResult, StopReport
 from ddptui.store.store import NodeView
@@ -34,11 +34,8 @@ def failure_notice(failure: Failure) -> Notice:
     how = f"exit code {failure.exit_code}" if failure.exit_code is not None else "failed"
     if failure.signal:
         how += f" ({failure.signal})"
-    cause = failure.root_cause.strip()
-    if not cause or any(b in cause for b in BOILERPLATE):
-        # torch's "To enable traceback see: <url>" says nothing of the rank; the run's
-        # diagnosis, when it ends, says what did.
-        cause = "no root cause reported"
+    # The run's diagnosis, when it ends, says what torch's boilerplate did not.
+    cause = own_cause(failure.root_cause) or "no root cause reported"
     return Notice(f"{failure.node}: {who} failed, {how}: {cause}", "Node failed", "error", 15)
 
 

@@ -128,7 +128,7 @@ def local_config(tmp: Path) -> Controller:
 
 def test_the_run_ends_with_its_diagnosis_on_the_result_and_in_run_json(tmp_path: Path) -> None:
     ctl = local_config(tmp_path)
-    ctl._write_meta(run_id=ctl.run_id, nodes={})
+    ctl.write_meta(run_id=ctl.run_id, nodes={})
     a = node_log("a", "gloo-value-error.log")
     b = node_log("b", "train-node1.log", t0=T0 + 1)
     ctl._apply([Batch("a", a, {}), Batch("b", b, {}),
@@ -146,7 +146,7 @@ def test_the_run_ends_with_its_diagnosis_on_the_result_and_in_run_json(tmp_path:
 
 def test_a_run_that_succeeds_has_no_diagnosis(tmp_path: Path) -> None:
     ctl = local_config(tmp_path)
-    ctl._write_meta(run_id=ctl.run_id, nodes={})
+    ctl.write_meta(run_id=ctl.run_id, nodes={})
     a = [*node_events("a", ["[ddptui 0 0] hello"]),
          NodeState("a", NodeStatus.EXITED, T0, exit_code=0)]
     ctl._apply([Batch("a", a, {}), Finished("a", NodeStatus.EXITED, 0),

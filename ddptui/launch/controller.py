@@ -24,12 +24,12 @@ from typing import Any
 
 from ddptui.config import HostsConfig, NodeConfig
 from ddptui.events import Level, NodeLogParser, NodeState, NodeStatus, RunStatus, ssh_line
-from ddptui.launch import nodeops, staging
+from ddptui.launch import nodeops, sequence
 from ddptui.launch.evidence import Evidence
 from ddptui.launch.follow import Batch, Finished, NodeFollower, replay_raw_logs
 from ddptui.launch.outcome import LaunchError, RunResult, StopReport, run_exit_code
-from ddptui.launch.plan import NodeLaunch, Plan, expand_home, make_plan, new_run_id
-from ddptui.launch.reach import connect, map_at_once, probe_node
+from ddptui.launch.plan import NodeLaunch, Plan, new_run_id
+from ddptui.launch.reach import connect, map_at_once
 from ddptui.store import rundir
 from ddptui.store.runs import read_run, write_run
 from ddptui.store.runs import state_root as resolve_state_root
@@ -61,7 +61,7 @@ class Controller:
         self.plan: Plan | None = None
         self.result: RunResult | None = None
         self.poll = poll
-        self._transports: dict[str, Transport] = {}
+        self.transports: dict[str, Transport] = {}
         self._pgids: dict[str, int | None] = {}
         self._queue: queue.Queue[Batch | Finished] = queue.Queue()
         self._followers: dict[str, NodeFollower] = {}
@@ -85,7 +85,7 @@ class Controller:
     def _publish_note(self, node: str, text: str, level: Level = Level.INFO) -> None:
         self._publish(Batch(node, [ssh_line(node, text, time.time(), level)], {}))
 
-    def _node_state(self, node: str, status: NodeStatus, detail: str = "",
+    def node_state(self, node: str, status: NodeStatus, detail: str = "",
                     exit_code: int | None = None) -> None:
         ev = NodeState(node, status, time.time(), detail, self._pgids.get(node), exit_code)
         self._publish(Batch(node, [ev], {}))
@@ -106,77 +106,27 @@ class Controller:
     def _node_dir(self, name: str) -> str:
         return self._meta["nodes"][name]["run_dir"]  # run.json's key for the node dir
 
-    def _write_meta(self, **changes: Any) -> None:
+    def write_meta(self, **changes: Any) -> None:
         self._meta.update(changes)
         data = dict(self._meta)
         data["nodes"] = list(self._meta.get("nodes", {}).values())
         write_run(self.local_dir, data)
 
-    def _set_status(self, status: RunStatus, **changes: Any) -> None:
+    def set_status(self, status: RunStatus, **changes: Any) -> None:
         """The run's status, in the store (for the faces) and in ``run.json`` (for
         ``ddptui logs`` and attach) at once, so the two never disagree."""
         self.store.set_run(status=status, **changes)
-        self._write_meta(status=status, **changes)
+        self.write_meta(status=status, **changes)
 
     def launch(self) -> None:
-        cfg = self.config
-        self._write_meta(run_id=self.run_id, config=cfg.to_dict(), nodes={})
-        self._set_status(RunStatus.LAUNCHING, started_at=time.time())
-        names = [n.name for n in cfg.nodes]
-        for n in names:
-            self._node_state(n, NodeStatus.CONNECTING)
-        results = map_at_once(list(cfg.nodes), self._connect_and_probe)
-        problems: list[str] = []
-        homes: dict[str, str] = {}
-        for node, res in zip(cfg.nodes, results, strict=True):
-            if isinstance(res, str):
-                homes[node.name] = res
-            else:
-                msg = str(res) if isinstance(res, TransportError | LaunchError) else (
-                    f"node {node.name} ({node.host}): {type(res).__name__}: {res}")
-                problems.append(msg)
-                self._node_state(node.name, NodeStatus.FAILED, msg.split("\n")[0])
-        if problems:
-            self._abort(problems, cleanup=False)
-        first = cfg.rendezvous_node
-        rdzv_host = (cfg.rendezvous.endpoint or first.addr
-                     or self._transports[first.name].address)
-        workdirs = {n.name: expand_home(n.workdir, homes[n.name]) for n in cfg.nodes}
-        self.plan = make_plan(cfg, self.run_id, workdirs=workdirs, rdzv_host=rdzv_host)
-        self.store.set_run(world_size=self.plan.world_size)
-        self._write_meta(
-            world_size=self.plan.world_size,
-            nodes={launch.node.name: {"name": launch.node.name, "node_rank": launch.node_rank,
-                                      "run_dir": launch.node_dir, "pgid": None}
-                   for launch in self.plan.nodes})
-        launches = list(self.plan.nodes)
-        errs = [e for e in map_at_once(launches, self._upload) if isinstance(e, Exception)]
-        if errs:
-            self._abort([str(e) for e in errs], cleanup=True)
-        errs = [e for e in map_at_once(launches, self._start) if isinstance(e, Exception)]
-        if errs:
-            self._abort([str(e) for e in errs], cleanup=True, kill=True)
-        self._set_status(RunStatus.RUNNING)
-        self._start_following({})
+        """Start the run on every node, all or nothing (see :mod:`ddptui.launch.sequence`)."""
+        sequence.launch(self)
 
-    def _connect_and_probe(self, node: NodeConfig) -> str:
-        transport, _probe, home = probe_node(node, self.config)
-        self._transports[node.name] = transport
-        return home
-
-    def _upload(self, node_launch: NodeLaunch) -> None:
-        self._node_state(node_launch.node.name, NodeStatus.UPLOADING)
-        staging.upload(self._transports[node_launch.node.name], node_launch, self.config.job)
-
-    def _start(self, node_launch: NodeLaunch) -> None:
-        name = node_launch.node.name
-        self._node_state(name, NodeStatus.STARTING)
-        pgid = staging.start(self._transports[name], node_launch)
+    def record_pgid(self, name: str, pgid: int) -> None:
         self._pgids[name] = pgid
         self._meta["nodes"][name]["pgid"] = pgid
-        self._node_state(name, NodeStatus.RUNNING, f"pgid {pgid}")
 
-    def _abort(self, problems: list[str], *, cleanup: bool, kill: bool = False) -> None:
+    def abort(self, problems: list[str], *, cleanup: bool, kill: bool = False) -> None:
         """Undo a launch on every node, then raise: all or nothing."""
         if kill and self.plan is not None:
             self._stopping.set()
@@ -184,29 +134,29 @@ class Controller:
                         lambda name: self._stop_node(name, 2.0))
         if cleanup and self.plan is not None:
             def remove_node_dir(node_launch: NodeLaunch) -> None:
-                transport = self._transports.get(node_launch.node.name)
+                transport = self.transports.get(node_launch.node.name)
                 if transport is not None:
                     transport.run(nodeops.remove_run_cmd(node_launch.node_dir), timeout=30)
             map_at_once(list(self.plan.nodes), remove_node_dir)
         self._close_transports()
         self.store.set_run(status=RunStatus.FAILED, message=problems[0], ended_at=time.time())
-        self._write_meta(status=RunStatus.FAILED, error=problems, ended_at=time.time())
+        self.write_meta(status=RunStatus.FAILED, error=problems, ended_at=time.time())
         self.store.close()
         raise LaunchError(problems)
 
     def _close_transports(self) -> None:
-        for transport in self._transports.values():
+        for transport in self.transports.values():
             with contextlib.suppress(Exception):
                 transport.close()
 
-    def _start_following(self, parsers: dict[str, NodeLogParser]) -> None:
+    def start_following(self, parsers: dict[str, NodeLogParser]) -> None:
         self._consumer = threading.Thread(target=self._consume, name="ddptui-consumer",
                                           daemon=True)
         self._consumer.start()
         for node in self.config.nodes:
             name = node.name
             f = NodeFollower(
-                node=name, transport=self._transports[name], node_dir=self._node_dir(name),
+                node=name, transport=self.transports[name], node_dir=self._node_dir(name),
                 raw_path=rundir.node_log(self.local_dir, name),
                 parser=parsers.get(name) or NodeLogParser(name), out=self._queue,
                 pgid=self._pgids.get(name), stopping=self._stopping,
@@ -216,8 +166,8 @@ class Controller:
 
     def _reconnect(self, node: NodeConfig) -> Transport:
         transport = connect(node, self.config)
-        old = self._transports.get(node.name)
-        self._transports[node.name] = transport
+        old = self.transports.get(node.name)
+        self.transports[node.name] = transport
         if old is not None:
             with contextlib.suppress(Exception):
                 old.close()
@@ -275,8 +225,8 @@ class Controller:
         self.result = RunResult(code, failures, codes, stopped, found)
         status = RunStatus.STOPPED if stopped else (
             RunStatus.FINISHED if code == 0 else RunStatus.FAILED)
-        self._set_status(status, exit_code=code, ended_at=time.time())
-        self._write_meta(node_exit_codes=codes, diagnosis=found.to_dict() if found else None,
+        self.set_status(status, exit_code=code, ended_at=time.time())
+        self.write_meta(node_exit_codes=codes, diagnosis=found.to_dict() if found else None,
                          **({"diagnosis_error": why_not} if why_not else {}))
         self.store.close()
         self._close_transports()
@@ -288,7 +238,7 @@ class Controller:
 
     def _stop_node(self, name: str, grace: float) -> list[int]:
         node = self.config.node(name)
-        transport = self._transports.get(name)
+        transport = self.transports.get(name)
         if transport is None:
             transport = self._reconnect(node)
         res = transport.run(nodeops.stop_cmd(node.python, self.run_id, self._rank_of(name), grace,
@@ -311,7 +261,7 @@ class Controller:
         names = [n.name for n in self.config.nodes]
         for n in names:
             if n not in self._finished:
-                self._node_state(n, NodeStatus.STOPPING, f"SIGTERM, then SIGKILL after {grace:g} s")
+                self.node_state(n, NodeStatus.STOPPING, f"SIGTERM, then SIGKILL after {grace:g} s")
         report = StopReport()
         for name, res in zip(names, map_at_once(names, lambda n: self._stop_node(n, grace)),
                              strict=True):
@@ -333,13 +283,13 @@ class Controller:
         if f is None or name in self._finished:
             return
         f.halt.set()
-        self._node_state(name, NodeStatus.LOST, why)
+        self.node_state(name, NodeStatus.LOST, why)
         self._queue.put(Finished(name, NodeStatus.LOST, None))
 
     def _conclude_without_followers(self, report: StopReport) -> None:
         for n in self.config.nodes:
             if n.name not in report.errors:
-                self._node_state(n.name, NodeStatus.STOPPED, "stopped")
+                self.node_state(n.name, NodeStatus.STOPPED, "stopped")
                 self._finished[n.name] = Finished(n.name, NodeStatus.STOPPED, None)
         if not self._done.is_set():
             self._conclude()
@@ -385,5 +335,5 @@ class Controller:
             ctl._close_transports()
             raise LaunchError(problems)
         if follow:
-            ctl._start_following(parsers)
+            ctl.start_following(parsers)
         return ctl

@@ -19,6 +19,7 @@ from ddptui.config.keys import (
 from ddptui.config.load import load_config, parse_config
 from ddptui.config.model import (
     ConfigError,
+    HealthConfig,
     HostsConfig,
     JobConfig,
     NodeConfig,
@@ -47,6 +48,7 @@ __all__ = [
     "TORCH_CPP_LOG_LEVELS",
     "TORCH_DISTRIBUTED_DEBUG_LEVELS",
     "ConfigError",
+    "HealthConfig",
     "HostsConfig",
     "JobConfig",
     "NodeConfig",

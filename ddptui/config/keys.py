@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from ddptui.config.model import (
     KEY,
+    HealthConfig,
     HostsConfig,
     JobConfig,
     Key,
@@ -24,7 +25,8 @@ from ddptui.config.values import Rule
 T = TypeVar("T")
 
 #: Every class whose fields are keys of the file: the top level, then its sections.
-SECTIONS: tuple[type, ...] = (HostsConfig, NodeConfig, RendezvousConfig, JobConfig, SSHOptions)
+SECTIONS: tuple[type, ...] = (HostsConfig, NodeConfig, RendezvousConfig, JobConfig, SSHOptions,
+                             HealthConfig)
 
 
 def file_fields(cls: type) -> list[tuple[str, Key]]:

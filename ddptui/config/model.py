@@ -164,6 +164,21 @@ class SSHOptions:
 
 
 @dataclass(frozen=True)
+class HealthConfig:
+    """When ddptui calls a rank slow, stalled, or a node lost, while the run is up."""
+
+    stall_after: float = field(default=120.0, metadata=key(
+        v.seconds(above_zero=True), hints=("stall_timeout", "hang_after")))
+    """Seconds without a line or metric from a rank before it is marked stalled."""
+    straggler_fraction: float = field(default=0.25, metadata=key(
+        v.FRACTION, hints=("straggler",)))
+    """A rank is a straggler when its step time exceeds the median by this fraction."""
+    lost_after: float = field(default=30.0, metadata=key(
+        v.seconds(above_zero=True), hints=("lost_timeout",)))
+    """Seconds a node may be unreachable before it is declared lost and the run ends."""
+
+
+@dataclass(frozen=True)
 class HostsConfig:
     """A ddptui hosts file: which machines run a PyTorch DDP job, how to reach them, what runs."""
 
@@ -179,6 +194,8 @@ class HostsConfig:
     """What runs; default: the bundled worker."""
     ssh: SSHOptions = field(default=SSHOptions(), metadata=key())
     """How ddptui connects to the nodes."""
+    health: HealthConfig = field(default=HealthConfig(), metadata=key())
+    """When a rank counts as stalled or a straggler, and a node as lost."""
 
     def node_rank(self, node: NodeConfig) -> int:
         """Explicit ranks exist only for static rendezvous; otherwise the file decides."""
@@ -220,6 +237,7 @@ class HostsConfig:
             rendezvous=RendezvousConfig(**d.get("rendezvous", {})),
             job=JobConfig(**job),
             ssh=SSHOptions(**d.get("ssh", {})),
+            health=HealthConfig(**d.get("health", {})),
         )
 
 

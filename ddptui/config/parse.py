@@ -19,6 +19,7 @@ import yaml
 from ddptui.config.keys import SYNONYMS, TOP_KEYS, build, checks_of, file_fields, yaml_keys
 from ddptui.config.model import (
     ConfigError,
+    HealthConfig,
     HostsConfig,
     JobConfig,
     Problem,
@@ -57,6 +58,8 @@ class _HostsParser(NodeWalker):
         rendezvous = self.rendezvous(top.get("rendezvous"))
         job = self.job(top.get("job"))
         ssh = build(SSHOptions, self.section(top.get("ssh"), "ssh", SSHOptions)[0])
+        health = build(HealthConfig,
+                       self.section(top.get("health"), "health", HealthConfig)[0])
         defaults = self.defaults(top.get("defaults"))
         if "nodes" not in top:
             self.problem(line_of(root), "nodes",
@@ -65,7 +68,7 @@ class _HostsParser(NodeWalker):
         nodes = self.nodes(top["nodes"], defaults, rendezvous.backend)
         if self.problems:
             return None
-        return HostsConfig(self.path, tuple(nodes), rendezvous, job, ssh)
+        return HostsConfig(self.path, tuple(nodes), rendezvous, job, ssh, health)
 
     def section(
         self, entry: Entry | None, name: str, cls: type,

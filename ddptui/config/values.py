@@ -204,6 +204,15 @@ def seconds(*, above_zero: bool) -> Check:
                  "seconds > 0" if above_zero else "seconds ≥ 0")
 
 
+def _fraction(value: Any) -> float:
+    if not _is_number(value) or not math.isfinite(value) or value <= 0:
+        _fail("a fraction greater than 0 (0.25 means 25 % slower than the median)", value)
+    return float(value)
+
+
+FRACTION = Check(_fraction, {"type": "number", "exclusiveMinimum": 0}, "number > 0")
+
+
 def _max_restarts(value: Any) -> int:
     if _is_int(value) and value < 0:
         raise Invalid(f"must be 0 or more (how many times torchrun restarts the workers), "

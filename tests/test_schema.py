@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from ddptui.cli import main
 from ddptui.config import (
     DEFAULT_KEYS,
+    HEALTH_KEYS,
     JOB_KEYS,
     NODE_KEYS,
     RENDEZVOUS_KEYS,
@@ -104,12 +105,13 @@ def test_parser_keys_are_the_schema_properties() -> None:
     assert list(schema["properties"]) == list(TOP_KEYS)
     assert list(schema["properties"]["defaults"]["properties"]) == list(DEFAULT_KEYS)
     assert props == {"node": list(NODE_KEYS), "rendezvous": list(RENDEZVOUS_KEYS),
-                     "job": list(JOB_KEYS), "ssh": list(SSH_KEYS)}
+                     "job": list(JOB_KEYS), "ssh": list(SSH_KEYS),
+                     "health": list(HEALTH_KEYS)}
 
 
 @pytest.mark.parametrize(("section", "keys"), [
     ("defaults", DEFAULT_KEYS), ("rendezvous", RENDEZVOUS_KEYS), ("job", JOB_KEYS),
-    ("ssh", SSH_KEYS), ("node", NODE_KEYS),
+    ("ssh", SSH_KEYS), ("health", HEALTH_KEYS), ("node", NODE_KEYS),
 ])
 def test_parser_knows_every_schema_key(section: str, keys: tuple[str, ...]) -> None:
     """Asked of the parser's behaviour, not of the tuples both sides are built from."""

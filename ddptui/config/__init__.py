@@ -9,6 +9,7 @@ tables. Nothing raises anything but :class:`ConfigError` for bad input.
 
 from ddptui.config.keys import (
     DEFAULT_KEYS,
+    HEALTH_KEYS,
     JOB_KEYS,
     NODE_KEYS,
     NODE_ONLY_KEYS,
@@ -37,6 +38,7 @@ from ddptui.config.values import (
 
 __all__ = [
     "DEFAULT_KEYS",
+    "HEALTH_KEYS",
     "JOB_KEYS",
     "NCCL_DEBUG_LEVELS",
     "NODE_KEYS",

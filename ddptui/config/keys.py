@@ -78,4 +78,5 @@ DEFAULT_KEYS = tuple(name for name in NODE_KEYS if name not in NODE_ONLY_KEYS)
 RENDEZVOUS_KEYS = yaml_keys(RendezvousConfig)
 JOB_KEYS = yaml_keys(JobConfig)
 SSH_KEYS = yaml_keys(SSHOptions)
+HEALTH_KEYS = yaml_keys(HealthConfig)
 SYNONYMS = {hint: name for cls in SECTIONS for name, k in file_fields(cls) for hint in k.hints}

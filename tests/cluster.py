@@ -64,6 +64,45 @@ def _sh(argv: Sequence[str], timeout: float = 20.0, check: bool = True) -> str:
     return proc.stdout
 
 
+def _ip_batch_start(lines: Sequence[str], netns: str | None = None,
+                    force: bool = False) -> subprocess.Popen[bytes]:
+    """``ip -batch -`` running ``lines`` (inside ``netns`` with ``-n``), not waited for."""
+    argv = ["ip", *(["-n", netns] if netns else []), *(["-force"] if force else []),
+            "-batch", "-"]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    assert proc.stdin is not None
+    proc.stdin.write("".join(f"{line}\n" for line in lines).encode())
+    proc.stdin.close()
+    return proc
+
+
+def _wait_all(procs: Sequence[subprocess.Popen[bytes]], what: str, check: bool = True,
+              timeout: float = 60.0) -> None:
+    """Wait for processes started together; the first failure (if ``check``) is raised."""
+    deadline = time.monotonic() + timeout
+    failed: list[str] = []
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            failed.append(f"{p.args} timed out")
+            continue
+        err = p.stderr.read().decode(errors="replace").strip() if p.stderr else ""
+        if p.stderr:
+            p.stderr.close()
+        if p.returncode != 0:
+            failed.append(f"{p.args} exited {p.returncode}: {err}")
+    if check and failed:
+        raise ClusterError(f"{what} failed: {failed[0]}")
+
+
+def _ip_batch(lines: Sequence[str], force: bool = False) -> None:
+    _wait_all([_ip_batch_start(lines, force=force)], "ip -batch", check=not force)
+
+
 def environment_problem() -> str | None:
     """Why this machine cannot host a cluster, or None; checked before any fixture builds one."""
     if os.geteuid() != 0:
@@ -91,9 +130,15 @@ def _netns_pids(netns: str) -> list[int]:
 
 def _kill_netns(netns: str, deadline_s: float = 5.0) -> list[int]:
     """SIGKILL everything in ``netns`` until nothing is left; returns the survivors (if any)."""
+    return _kill_netnses([netns], deadline_s)[netns]
+
+
+def _kill_netnses(names: Sequence[str], deadline_s: float = 5.0) -> dict[str, list[int]]:
+    """:func:`_kill_netns` for many namespaces at once (one pass over all, not one each)."""
     deadline = time.monotonic() + deadline_s
-    pids = _netns_pids(netns)
-    while pids and time.monotonic() < deadline:
+    left = {ns: _netns_pids(ns) for ns in names}
+    while any(left.values()) and time.monotonic() < deadline:
+        pids = [pid for got in left.values() for pid in got]
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -102,8 +147,8 @@ def _kill_netns(netns: str, deadline_s: float = 5.0) -> list[int]:
             with contextlib.suppress(ChildProcessError, OSError):
                 os.waitpid(pid, os.WNOHANG)
         time.sleep(0.05)
-        pids = _netns_pids(netns)
-    return pids
+        left = {ns: _netns_pids(ns) if got else [] for ns, got in left.items()}
+    return left
 
 
 @contextlib.contextmanager
@@ -285,57 +330,43 @@ class Cluster:
             f"{h.ip} {h.name}\n" for h in self.hosts
         )
         for h in self.hosts:
-            _sh(["ip", "netns", "add", h.netns])
             etc = Path("/etc/netns") / h.netns
             etc.mkdir(parents=True, exist_ok=True)
             (etc / "hosts").write_text(hosts_file)
-            _sh(
-                [
-                    "ip",
-                    "link",
-                    "add",
-                    h.veth,
-                    "type",
-                    "veth",
-                    "peer",
-                    "name",
-                    "eth0",
-                    "netns",
-                    h.netns,
-                ]
-            )
-            _sh(["ip", "link", "set", h.veth, "master", self.bridge, "up"])
-            _sh(["ip", "-n", h.netns, "addr", "add", f"{h.ip}/24", "dev", "eth0"])
-            _sh(["ip", "-n", h.netns, "link", "set", "eth0", "up"])
-            _sh(["ip", "-n", h.netns, "link", "set", "lo", "up"])
-        self._make_keys()
+        # Each step is one process for all hosts (or one per host, all at once): on a loaded
+        # 2-core machine a few hundred sequential `ip` and `ssh-keygen` runs cost seconds.
+        keygen = self._start_keygen()
+        _ip_batch([f"netns add {h.netns}" for h in self.hosts]
+                  + [f"link add {h.veth} type veth peer name eth0 netns {h.netns}"
+                     for h in self.hosts]
+                  + [f"link set {h.veth} master {self.bridge} up" for h in self.hosts])
+        _wait_all([_ip_batch_start([f"addr add {h.ip}/24 dev eth0", "link set eth0 up",
+                                    "link set lo up"], netns=h.netns) for h in self.hosts],
+                  "configuring a namespace's interfaces")
+        _wait_all(keygen, "ssh-keygen")
+        self._record_keys()
         self._write_ssh_config()
         for h in self.hosts:
             self.start_sshd(h)
-        for h in self.hosts:
-            self.wait_port(h.ip, 22, timeout=10.0, host=h)
+        for h in self.hosts:  # all started above, so these waits overlap
+            self.wait_port(h.ip, 22, timeout=10.0 + 0.5 * self.k, host=h)
 
-    def _make_keys(self) -> None:
-        _sh(
-            [
-                "ssh-keygen",
-                "-q",
-                "-t",
-                "ed25519",
-                "-N",
-                "",
-                "-C",
-                "ddptui-test-client",
-                "-f",
-                str(self.key),
-            ]
-        )
+    def _start_keygen(self) -> list[subprocess.Popen[bytes]]:
+        """The client key and every host key, generated concurrently."""
+        def gen(path: Path, comment: str) -> subprocess.Popen[bytes]:
+            path.unlink(missing_ok=True)
+            return subprocess.Popen(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+        return [gen(self.key, "ddptui-test-client"),
+                *(gen(h.dir / "ssh_host_ed25519_key", h.name) for h in self.hosts)]
+
+    def _record_keys(self) -> None:
         self.authorized_keys.write_text(self.pubkey.read_text())
         lines = []
         for h in self.hosts:
-            hk = h.dir / "ssh_host_ed25519_key"
-            _sh(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", h.name, "-f", str(hk)])
-            kind, b64 = Path(f"{hk}.pub").read_text().split()[:2]
+            kind, b64 = (h.dir / "ssh_host_ed25519_key.pub").read_text().split()[:2]
             lines.append(f"{h.name},{h.ip} {kind} {b64}\n")
         self.known_hosts.write_text("".join(lines))
 
@@ -546,18 +577,22 @@ class Cluster:
         with contextlib.suppress(Exception):
             atexit.unregister(self.close)
         problems: list[str] = []
+        survivors = _kill_netnses([h.netns for h in self.hosts])
         for h in self.hosts:
-            survivors = _kill_netns(h.netns)
-            if survivors:
-                problems.append(f"{h.name}: survivors {survivors}")
+            if survivors[h.netns]:
+                problems.append(f"{h.name}: survivors {survivors[h.netns]}")
             for p in h.sshd_procs:
                 if p.poll() is None:
                     with contextlib.suppress(ProcessLookupError):
                         p.kill()
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     p.wait(timeout=5)
-            _sh(["ip", "netns", "del", h.netns], check=False)
-            _sh(["ip", "link", "del", h.veth], check=False)  # normally gone with the netns
+        # One `ip` for every namespace and link; -force goes on past what is already gone
+        # (a failed build, or veths that went with their namespace).
+        if self.hosts:
+            _ip_batch([f"netns del {h.netns}" for h in self.hosts]
+                      + [f"link del {h.veth}" for h in self.hosts], force=True)
+        for h in self.hosts:
             shutil.rmtree(Path("/etc/netns") / h.netns, ignore_errors=True)
         _sh(["ip", "link", "del", self.bridge], check=False)
         (REGISTRY / self.token).unlink(missing_ok=True)

@@ -196,6 +196,11 @@ class HostsConfig:
     """How ddptui connects to the nodes."""
     health: HealthConfig = field(default=HealthConfig(), metadata=key())
     """When a rank counts as stalled or a straggler, and a node as lost."""
+    secret_env: tuple[str, ...] = field(default=(), metadata=key(
+        v.ENV_NAMES, hints=("secrets", "secret", "mask_env")))
+    """More `env` names to keep secret, beyond those named like one (`*TOKEN*`, `*KEY*`, ...)."""
+    withheld_env: tuple[str, ...] = ()
+    """Secret env names whose values this copy lacks (read from run.json): never launched so."""
 
     def node_rank(self, node: NodeConfig) -> int:
         """Explicit ranks exist only for static rendezvous; otherwise the file decides."""
@@ -225,6 +230,8 @@ class HostsConfig:
         for n in d["nodes"]:
             n["env"] = dict(n["env"])
         d["job"]["args"] = list(self.job.args)
+        d["secret_env"] = list(self.secret_env)
+        d["withheld_env"] = list(self.withheld_env)
         return d
 
     @classmethod
@@ -238,6 +245,8 @@ class HostsConfig:
             job=JobConfig(**job),
             ssh=SSHOptions(**d.get("ssh", {})),
             health=HealthConfig(**d.get("health", {})),
+            secret_env=tuple(d.get("secret_env", ())),
+            withheld_env=tuple(d.get("withheld_env", ())),
         )
 
 

@@ -22,6 +22,7 @@ from ddptui.config.model import (
     HealthConfig,
     HostsConfig,
     JobConfig,
+    NodeConfig,
     Problem,
     RendezvousConfig,
     SSHOptions,
@@ -66,9 +67,11 @@ class _HostsParser(NodeWalker):
                          "is missing; list the machines to run on under `nodes:`.")
             return None
         nodes = self.nodes(top["nodes"], defaults, rendezvous.backend)
+        secret_env = self.secret_env(top.get("secret_env"), nodes)
         if self.problems:
             return None
-        return HostsConfig(self.path, tuple(nodes), rendezvous, job, ssh, health)
+        return HostsConfig(self.path, tuple(nodes), rendezvous, job, ssh, health,
+                           secret_env=secret_env)
 
     def section(
         self, entry: Entry | None, name: str, cls: type,
@@ -164,6 +167,35 @@ class _HostsParser(NodeWalker):
             value = self.check(node, f"job.args[{i}]", item)
             if value is not MISSING:
                 out.append(value)
+        return tuple(out)
+
+    def secret_env(self, entry: Entry | None, nodes: list[NodeConfig]) -> tuple[str, ...]:
+        """Names only a node's `env:` can give a value to: any other name is a typo."""
+        if entry is None:
+            return ()
+        value_node = entry.value_node
+        if isinstance(value_node, yaml.ScalarNode) and value_node.tag == NULL_TAG:
+            return ()
+        items = self.sequence(value_node)
+        if items is None:
+            self.problem(line_of(value_node), "secret_env",
+                         f"must be a list of environment variable names, not "
+                         f"{self.describe(value_node)}; write `secret_env: [MY_TOKEN]`.")
+            return ()
+        rule = checks_of(HostsConfig)["secret_env"]
+        assert isinstance(rule, ListOf)
+        known = {k for n in nodes for k in n.env}
+        out: list[str] = []
+        for i, node in enumerate(items):
+            name = self.check(node, f"secret_env[{i}]", rule.item)
+            if name is MISSING:
+                continue
+            if nodes and name not in known:
+                self.problem(line_of(node), f"secret_env[{i}]",
+                             f"names {name}, which no node's `env:` sets; list the names of "
+                             "`env:` values to keep secret.")
+                continue
+            out.append(name)
         return tuple(out)
 
     def resolve_script(self, script: str, line: int) -> str:

@@ -127,7 +127,12 @@ def json_schema() -> dict[str, Any]:
             props[k.defaults_key] = _section(NodeConfig, {key: node[key] for key in DEFAULT_KEYS})
             props[k.defaults_key]["description"] = _defaults_doc()
         section = _sections().get(name)
-        if section is None:  # the list of nodes: a host name or a node's fields
+        if k.check is not None:  # a plain value at the top level, such as `secret_env`
+            props[name] = {"description": _doc(HostsConfig, name), **k.check.schema}
+            default = _default(HostsConfig, name, k)
+            if default is not _NO_DEFAULT:
+                props[name]["default"] = default
+        elif section is None:  # the list of nodes: a host name or a node's fields
             props[name] = {"description": _doc(HostsConfig, name), "type": "array",
                            "minItems": 1,
                            "items": {"anyOf": [host, {"$ref": "#/$defs/node"}]}}
@@ -140,7 +145,8 @@ def json_schema() -> dict[str, Any]:
         "description": inspect.getdoc(HostsConfig),
         "type": "object",
         "properties": props,
-        "required": [name for name, _ in file_fields(HostsConfig) if name not in _sections()],
+        "required": [name for name, k in file_fields(HostsConfig)
+                     if name not in _sections() and k.check is None],
         "additionalProperties": False,
         "$defs": defs,
     }
@@ -174,6 +180,11 @@ def _top_table() -> list[str]:
     for name, k in file_fields(HostsConfig):
         if k.defaults_key:
             rows.append(f"| `{k.defaults_key}` | mapping | – | {_cell(_defaults_doc())} |")
+        if k.check is not None:
+            rows.append(f"| `{name}` | {_cell(k.check.summary)} | "
+                        f"{_default_cell(HostsConfig, name, k)} | "
+                        f"{_cell(_doc(HostsConfig, name))} |")
+            continue
         kind = "mapping" if name in _sections() else "list, required"
         rows.append(f"| `{name}` | {kind} | – | {_cell(_doc(HostsConfig, name))} |")
     return rows

@@ -312,6 +312,14 @@ def _env_value(value: Any) -> str:
                         "a string, number or boolean (quote it to be sure)")
 
 
+def _env_name(value: Any) -> str:
+    text = _word(value, "an environment variable name")
+    if not re.fullmatch(ENV_NAME, text):
+        raise Invalid(f"must be an environment variable name (letters, digits and _, not "
+                      f"starting with a digit), not {show(text)}.")
+    return text
+
+
 def _arg(value: Any) -> str:
     return _scalar_text(value, "program arguments", "a string (quote values like 'true' or dates)")
 
@@ -344,3 +352,5 @@ ENV_VALUE = Check(_env_value, {"type": ["string", "number", "boolean"], "pattern
                   "string, number or boolean")
 ARGS = ListOf(ARG, "list of strings")
 ENV = MappingOf(ENV_VALUE, RESERVED_ENV, "mapping NAME: value")
+ENV_NAMES = ListOf(Check(_env_name, {"type": "string", "pattern": f"^{ENV_NAME}$"}, "string"),
+                   "list of names")

@@ -151,9 +151,22 @@ class Failure:
     traceback: str = ""
 
 
+@dataclass(slots=True)
+class Stall:
+    """ddptui's own judgement, not a line: a rank stopped progressing (``stalled``) or went
+    on again; ``whole_run`` when every running rank stopped together."""
+
+    node: str
+    rank: int
+    time: float
+    stalled: bool
+    idle_s: float
+    whole_run: bool = False
+
+
 # Events are never changed once made, but they are not ``frozen``: a frozen dataclass is built
 # through object.__setattr__ per field, four times slower, and readers make 50k lines a second.
-Event = NodeState | LogLine | Metric | Failure
+Event = NodeState | LogLine | Metric | Failure | Stall
 
 _GLOG_FIRST = frozenset("IWEF")
 _GLOG_RE = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")

@@ -9,9 +9,10 @@ from pathlib import Path
 from rich.style import Style
 
 from ddptui.chart.downsample import BLOCKS, downsample, sparkline
+from ddptui.config.model import HealthConfig
 from ddptui.events import Level, LogLine, NodeStatus, Source
+from ddptui.store.health import assess
 from ddptui.store.store import NodeView, RankView
-from ddptui.tui.health import assess
 from ddptui.tui.node_rows import age, build_rows, rank_span, rate
 from ddptui.tui.scrollback import LineFile
 from ddptui.tui.views import (
@@ -106,12 +107,14 @@ def test_health_straggler_and_stall() -> None:
     ranks.append(RankView(3, "a", step_time_s=0.2, last_step_time=100.0))
     ranks.append(RankView(4, "a", step_time_s=0.1, last_step_time=10.0))
     ranks.append(RankView(5, "b", step_time_s=0.9, last_step_time=0.0))  # node b is done
-    h = assess(ranks, 101.0, live_nodes={"a"}, straggler_fraction=0.25, stall_after=60)
+    h = assess(ranks, 101.0, live_nodes={"a"},
+               config=HealthConfig(stall_after=60, straggler_fraction=0.25))
     assert h[3].straggler and not h[0].straggler
     assert h[4].stalled and h[4].mark == "stalled"
     assert not h[5].stalled and not h[5].straggler
     quiet = RankView(6, "a", last_line_time=0.0)
-    assert assess([quiet], 100.0, live_nodes={"a"}, stall_after=60)[6].stalled
+    assert assess([quiet], 100.0, live_nodes={"a"},
+                  config=HealthConfig(stall_after=60))[6].stalled
 
 
 def test_rows_and_cells() -> None:

@@ -22,6 +22,7 @@ from ddptui.events import (
     Metric,
     NodeState,
     Source,
+    Stall,
     all_view_text,
     in_all_view,
 )
@@ -121,8 +122,11 @@ def recover_to_checkpoint(run_dir: Path) -> dict[str, int]:
     return {k: int(v) for k, v in data.get("raw_done", {}).items()}
 
 
-def event_record(ev: NodeState | Failure | LogLine) -> dict[str, Any]:
+def event_record(ev: NodeState | Failure | LogLine | Stall) -> dict[str, Any]:
     """A JSON-able record of a non-line event, for events.jsonl and `ddptui logs`."""
+    if isinstance(ev, Stall):
+        return {"type": "stall", "node": ev.node, "rank": ev.rank, "time": ev.time,
+                "stalled": ev.stalled, "idle_s": ev.idle_s, "whole_run": ev.whole_run}
     if isinstance(ev, NodeState):
         return {"type": "node_state", "node": ev.node, "status": str(ev.status), "time": ev.time,
                 "detail": ev.detail, "pid": ev.pid, "exit_code": ev.exit_code,

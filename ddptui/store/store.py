@@ -25,6 +25,7 @@ from ddptui.events import (
     NodeState,
     NodeStatus,
     RunStatus,
+    Stall,
 )
 from ddptui.store import rundir
 from ddptui.store.mirror import Mirror, recover_to_checkpoint
@@ -112,6 +113,7 @@ class Store:
         self.nodes: dict[str, NodeView] = {}
         self.ranks: dict[int, RankView] = {}
         self.failures: list[Failure] = []
+        self.stalls: list[Stall] = []  # each time a rank stalled or went on again, in order
         self.latest: dict[int, dict[str, Any]] = {}  # last record of each kind, per rank
         self.summaries: dict[int, dict[str, Any]] = {}
         self.run = RunInfo()
@@ -182,6 +184,7 @@ class Store:
                 "nodes": [_copy_node(n) for n in self.nodes.values()],
                 "ranks": [RankView(**vars(r)) for r in self.ranks.values()],
                 "failures": list(self.failures),
+                "stalls": list(self.stalls),
                 "latest": {r: dict(kinds) for r, kinds in self.latest.items()},
                 "summaries": dict(self.summaries),
                 "run": RunInfo(**vars(self.run)),
@@ -203,6 +206,7 @@ class Store:
         s.nodes = {n.name: n for n in snapshot["nodes"]}
         s.ranks = {r.rank: r for r in snapshot["ranks"]}
         s.failures = list(snapshot["failures"])
+        s.stalls = list(snapshot.get("stalls", []))
         s.latest = snapshot["latest"]
         s.summaries = snapshot["summaries"]
         s.run = snapshot["run"]
@@ -252,6 +256,8 @@ class Store:
                 node.exit_code = ev.exit_code
         elif isinstance(ev, Failure):
             self.failures.append(ev)
+        elif isinstance(ev, Stall):  # not progress: a rank's lines and metrics are that
+            self.stalls.append(ev)
 
     def _rank(self, rank: int, node: str, local_rank: int | None) -> RankView:
         rv = self.ranks.get(rank)
@@ -342,6 +348,10 @@ class Store:
     def failure_list(self) -> list[Failure]:
         with self._lock:
             return list(self.failures)
+
+    def stall_list(self) -> list[Stall]:
+        with self._lock:
+            return list(self.stalls)
 
     def rank_log_path(self, rank: int) -> Path | None:
         return None if self.run_dir is None else rundir.rank_log(self.run_dir, rank)

@@ -12,6 +12,7 @@ import gc
 import sys
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +22,13 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from ddptui.config import HostsConfig
+from ddptui.config.model import HealthConfig
 from ddptui.engine.client import EngineClient
 from ddptui.engine.process import Spare, attach_run, new_run
 from ddptui.store.runs import RunSummary
 from ddptui.store.store import Store
 from ddptui.tui.dashboard import DashboardScreen
 from ddptui.tui.handle import Attacher, RunFactory, RunLister
-from ddptui.tui.health import STALL_AFTER_S, STRAGGLER_FRACTION
 from ddptui.tui.lifecycle import Lifecycle
 from ddptui.tui.screens.help import HelpScreen
 from ddptui.tui.views import ViewKind, ViewSpec
@@ -81,8 +82,8 @@ class DashboardApp(Lifecycle):
         store: A store to show before any run (tests and snapshots replay into one).
         clock: The wall clock for ages, the elapsed time and saved views' names.
         drain_hz: How often the screen reads the store.
-        straggler_fraction: See :func:`ddptui.tui.health.assess`.
-        stall_after: See :func:`ddptui.tui.health.assess`.
+        straggler_fraction: Overrides the hosts file's ``health.straggler_fraction``.
+        stall_after: Overrides the hosts file's ``health.stall_after``.
     """
 
     CSS_PATH = Path(__file__).with_name("app.tcss")  # absolute: subclasses live elsewhere
@@ -129,8 +130,8 @@ class DashboardApp(Lifecycle):
         store: Store | None = None,
         clock: Callable[[], float] = time.time,
         drain_hz: float = DRAIN_HZ,
-        straggler_fraction: float = STRAGGLER_FRACTION,
-        stall_after: float = STALL_AFTER_S,
+        straggler_fraction: float | None = None,
+        stall_after: float | None = None,
     ) -> None:
         super().__init__(config, state_root=state_root,
                          run_factory=controller_factory or self._new_engine_run,
@@ -143,9 +144,21 @@ class DashboardApp(Lifecycle):
         self.attach_to = attach
         self.clock = clock
         self.drain_hz = drain_hz
-        self.straggler_fraction = straggler_fraction
-        self.stall_after = stall_after
+        self._health_overrides = {k: v for k, v in (("straggler_fraction", straggler_fraction),
+                                                    ("stall_after", stall_after)) if v is not None}
         self._runtime: Runtime | None = None
+
+    @property
+    def health_config(self) -> HealthConfig:
+        """When the nodes table calls a rank stalled or a straggler: the followed run's hosts
+        file, as the engine judges it (then the one to launch, then the defaults)."""
+        handle = self.controller
+        config = handle.config if handle is not None and handle.config is not None \
+            else self.config
+        health = getattr(config, "health", None)  # tests pass a bare namespace
+        if not isinstance(health, HealthConfig):
+            health = HealthConfig()
+        return replace(health, **self._health_overrides)
 
     def get_default_screen(self) -> Screen[Any]:
         self.dashboard = DashboardScreen()

@@ -23,8 +23,8 @@ from textual.widgets import Footer
 from ddptui.chart.rows import store_chart
 from ddptui.engine.client import EngineError
 from ddptui.events import Failure, NodeStatus
+from ddptui.store.health import assess
 from ddptui.store.store import NodeView, RunInfo, Store
-from ddptui.tui.health import assess
 from ddptui.tui.node_rows import Row, build_rows
 from ddptui.tui.notices import failure_notice, finished_notice, node_change_notices
 from ddptui.tui.state import LayoutMode
@@ -248,9 +248,7 @@ class DashboardScreen(Screen[None]):
         nodes = store.node_views()
         ranks = store.rank_views()
         live = {n.name for n in nodes if n.status is NodeStatus.RUNNING}
-        health = assess(ranks, now, live_nodes=live,
-                        straggler_fraction=owner.straggler_fraction,
-                        stall_after=owner.stall_after)
+        health = assess(ranks, now, live_nodes=live, config=owner.health_config)
         rows = build_rows(nodes, ranks, health, lambda r: store.series(r, "loss")[1], now)
         failures = store.failure_list()
         with contextlib.suppress(RuntimeError):  # the app closed meanwhile

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from ddptui.chart.downsample import sparkline
 from ddptui.events import NodeStatus
+from ddptui.store.health import RankHealth
 from ddptui.store.store import NodeView, RankView
-from ddptui.tui.health import RankHealth
 
 COLUMNS = ("Node", "#", "Ranks", "State", "PID", "Rst", "Exit", "Last", "Rate", "Loss")
 SPARK_WIDTH = 8

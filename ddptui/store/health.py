@@ -1,0 +1,127 @@
+"""Whether each rank is making progress: stragglers and stalls, judged from the store's views.
+
+Pure: the clock is passed in and the thresholds are the hosts file's ``health:`` section, so
+the engine (which marks stalls as events, :class:`StallWatch`) and the dashboard (which marks
+the nodes table) judge alike, and every rule is tested without a run.
+
+A rank stalls when it has printed no line and no metric for ``stall_after`` seconds. Alone,
+while the others go on, that names it; when every running rank stops together the whole run
+is stuck, which in DDP is the usual picture of one rank that never reached a collective: the
+others wait inside it and go quiet too. When ranks report progress with step metrics, a rank
+that never reported one (many scripts print on rank 0 only) is silent by design, so it is
+judged only with the others, when the whole run stops.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ddptui.config.model import HealthConfig
+from ddptui.events import Stall
+from ddptui.store.store import RankView
+
+DEFAULTS = HealthConfig()
+
+
+@dataclass(frozen=True, slots=True)
+class RankHealth:
+    straggler: bool = False
+    stalled: bool = False
+    idle_s: float | None = None
+    """Seconds since the rank last printed a line or a metric."""
+    whole_run: bool = False
+    """Every running rank stopped together."""
+
+    @property
+    def mark(self) -> str:
+        if self.stalled:
+            return "stalled"
+        return "straggler" if self.straggler else ""
+
+
+def last_heard(r: RankView) -> float | None:
+    """When the rank last said anything: a line, or a metric (which is a line of its own)."""
+    times = [t for t in (r.last_line_time, r.last_step_time) if t is not None]
+    return max(times) if times else None
+
+
+def assess(
+    ranks: Iterable[RankView],
+    now: float,
+    *,
+    live_nodes: set[str],
+    config: HealthConfig = DEFAULTS,
+) -> dict[int, RankHealth]:
+    """Health of every rank; only ranks on live (running) nodes can stall or straggle."""
+    ranks = list(ranks)
+    live = [r for r in ranks if r.node in live_nodes]
+    times = [r.step_time_s for r in live if r.step_time_s is not None and r.step_time_s > 0]
+    median = statistics.median(times) if len(times) >= 2 else None
+    idle: dict[int, float | None] = {}
+    for r in ranks:
+        last = last_heard(r)
+        idle[r.rank] = None if last is None else max(0.0, now - last)
+    quiet = {r.rank for r in live if (i := idle[r.rank]) is not None and i > config.stall_after}
+    whole = bool(live) and len(quiet) == len(live)
+    steppers = any(r.last_step is not None for r in live)
+    out: dict[int, RankHealth] = {}
+    for r in ranks:
+        if r.node not in live_nodes:
+            out[r.rank] = RankHealth(idle_s=idle[r.rank])
+            continue
+        straggler = (
+            median is not None
+            and r.step_time_s is not None
+            and r.step_time_s > median * (1 + config.straggler_fraction)
+        )
+        stalled = r.rank in quiet and (whole or not steppers or r.last_step is not None)
+        out[r.rank] = RankHealth(straggler, stalled, idle[r.rank], stalled and whole)
+    return out
+
+
+class StallWatch:
+    """Turns assessments into events: a rank that stalled, one that went on again.
+
+    A rank is told once when it stalls and once when it is heard from again; a rank whose
+    node stopped running is let go without a word (the node's own state says what happened).
+    """
+
+    def __init__(self, config: HealthConfig = DEFAULTS) -> None:
+        self.config = config
+        self.stalled: dict[int, Stall] = {}
+
+    def update(self, ranks: Iterable[RankView], now: float, live_nodes: set[str]
+               ) -> list[Stall]:
+        ranks = list(ranks)
+        health = assess(ranks, now, live_nodes=live_nodes, config=self.config)
+        out: list[Stall] = []
+        # The rank heard from longest ago first: in a whole-run stall, the likeliest culprit.
+        for r in sorted(ranks, key=lambda r: (last_heard(r) or now, r.rank)):
+            h = health[r.rank]
+            was = self.stalled.get(r.rank)
+            if h.stalled and was is None:
+                ev = Stall(r.node, r.rank, now, True, h.idle_s or 0.0, h.whole_run)
+                self.stalled[r.rank] = ev
+                out.append(ev)
+            elif not h.stalled and was is not None:
+                del self.stalled[r.rank]
+                heard = last_heard(r)
+                if r.node in live_nodes and heard is not None and heard > was.time - was.idle_s:
+                    out.append(Stall(r.node, r.rank, now, False, heard - (was.time - was.idle_s),
+                                     was.whole_run))
+        return out
+
+
+def stall_text(ev: Stall) -> str:
+    """What ddptui says of a stall, in the headless output and the dashboard's toast."""
+    who = f"rank {ev.rank} on {ev.node}"
+    if not ev.stalled:
+        return f"{who} is going again after {ev.idle_s:.0f} s without a line or metric"
+    if ev.whole_run:
+        return (f"{who} stalled: no rank has printed a line or metric for {ev.idle_s:.0f} s, "
+                "the whole run stopped together (one rank is likely stuck before a collective "
+                "the others wait in; its Python stack shows which)")
+    return (f"{who} stalled: no line or metric for {ev.idle_s:.0f} s while the other ranks "
+            "go on")

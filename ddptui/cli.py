@@ -18,7 +18,7 @@ from ddptui import __version__
 if TYPE_CHECKING:
     from ddptui.config import HostsConfig
 
-COMMANDS = ("run", "check", "attach", "stop", "logs", "dashboard", "schema")
+COMMANDS = ("run", "check", "attach", "stop", "logs", "dashboard", "schema", "nccl")
 USAGE_EXIT = 2
 
 
@@ -67,6 +67,13 @@ def _parser() -> argparse.ArgumentParser:
     lg.add_argument("--node", default=None, help="only this node")
 
     sub.add_parser("schema", help="print the hosts file's JSON Schema (for editors and CI)")
+
+    nc = sub.add_parser("nccl", help="what NCCL chose on each node (network, interfaces, "
+                                     "versions, init time) and what looks wrong")
+    nc.add_argument("run_id")
+    nc.add_argument("--rank", type=int, default=None,
+                    help="every fact of this global rank's NCCL")
+    nc.add_argument("--json", action="store_true", help="the facts and warnings as JSON")
     return p
 
 
@@ -101,6 +108,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from ddptui.config.schema import print_schema
 
         return print_schema()
+    if args.command == "nccl":
+        from ddptui.faces.nccl import show_nccl
+
+        return show_nccl(args.state_dir, args.run_id, rank=args.rank, as_json=args.json)
     from ddptui.launch.controller import Controller
     from ddptui.launch.outcome import LaunchError
 

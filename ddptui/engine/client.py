@@ -21,6 +21,7 @@ from ddptui.config import HostsConfig
 from ddptui.engine.wire import apply_change, decode, unpack_snapshot
 from ddptui.events import RunStatus
 from ddptui.launch.outcome import LaunchError, RunResult, StopReport
+from ddptui.nccl import NcclFacts
 from ddptui.store.store import Change, Store
 
 if TYPE_CHECKING:
@@ -139,6 +140,13 @@ class EngineClient:
         built: tuple[list[list[Run]], dict[int, int]] = self.engine.calls.call(
             "chart", metric, log_y, width, height, timeout=CHART_TIMEOUT_S)
         return built
+
+    def nccl_facts(self) -> NcclFacts:
+        """What NCCL said so far, from the controller's own facts (fed every NCCL line,
+        where the replica's rings may have let the first ones go); call it off the event
+        loop. Raises :class:`EngineError` once the engine is gone."""
+        facts: NcclFacts = self.engine.calls.call("nccl", timeout=CHART_TIMEOUT_S)
+        return facts
 
     def process_estimate(self) -> tuple[int, int]:
         """(processes, nodes), as the controller counts them, from the replica alone: the

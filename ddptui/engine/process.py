@@ -32,6 +32,7 @@ from ddptui.config import HostsConfig
 from ddptui.engine.client import EngineCalls, EngineClient, EngineError, error_payload
 from ddptui.engine.wire import Backlog, encode, pack_snapshot, split_changes
 from ddptui.launch.outcome import RunResult, StopReport
+from ddptui.nccl import NcclFacts
 from ddptui.store import rundir
 from ddptui.store.store import Store
 
@@ -57,6 +58,7 @@ class Runnable(Protocol):
     def launch(self) -> None: ...
     def stop(self, grace: float | None = None) -> StopReport: ...
     def detach(self) -> None: ...
+    def nccl_facts(self) -> NcclFacts: ...
 
 
 # Targets: what an engine runs (module-level so that they pickle by name).
@@ -159,6 +161,8 @@ class _Engine:
         if op == "chart":
             metric, log_y, width, height = args
             return store_chart(run.store, metric, log_y, width, height)
+        if op == "nccl":
+            return run.nccl_facts()
         raise ValueError(f"unknown engine call {op!r}")
 
     def _open(self, target: Callable[..., Runnable], args: tuple[Any, ...]

@@ -6,6 +6,8 @@ diagnosis needs both ends of each rank's story: its first words (the NCCL banner
 own, and warnings and errors are a stream apart from plain lines, so a flood of ``print``
 after an error cannot push the error out. Memory is bounded by the number of streams (a
 handful per rank and per node), whatever the ranks print.
+
+The same loop hands NCCL's lines to the run's NCCL facts (:mod:`ddptui.launch.ncclwatch`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ddptui.diagnose import Diagnosis, diagnose
-from ddptui.events import Event, Level, LogLine, Metric
+from ddptui.events import Event, Level, LogLine, Metric, Source
+from ddptui.launch.ncclwatch import NcclWatch
 from ddptui.store.store import Store
 
 #: Lines kept per rank stream (its first ``head``, then its last ``tail``): a rank has up to
@@ -73,14 +76,20 @@ class Evidence:
         self._sinks: dict[Any, Callable[[_Item], None]] = {}
         self._states = _Stream(STATE_HEAD, STATE_TAIL, {}, None)
         self._metrics: dict[tuple[str, int], _Item] = {}
+        #: The run's NCCL facts, fed here because this loop looks at every line already.
+        self.nccl = NcclWatch()
 
     def add(self, events: Iterable[Event]) -> None:
         n, sinks, debug = self._n, self._sinks, Level.DEBUG
         error, warning = Level.ERROR, Level.WARNING
+        nccl = Source.NCCL
+        nccl_lines: list[LogLine] = []
         for ev in events:
             n += 1
             if type(ev) is LogLine:
                 rank, level = ev.rank, ev.level
+                if ev.source is nccl:
+                    nccl_lines.append(ev)
                 if level is debug and rank is not None:
                     continue  # a rank's DEBUG lines are torch's INFO chatter
                 key = (ev.node, rank, ev.source, level is error or level is warning)
@@ -98,6 +107,8 @@ class Evidence:
             else:
                 self._states.sinks[None]((n, ev))
         self._n = n
+        if nccl_lines:
+            self.nccl.add(nccl_lines)
 
     def seed(self, store: Store) -> None:
         """What an attached run's store rebuilt from disk, before following resumes: the

@@ -9,9 +9,10 @@ from recorded output.
 from ddptui.nccl.checks import SLOW_INIT_FACTOR, SLOW_INIT_MARGIN_S, NcclWarning, nccl_warnings
 from ddptui.nccl.collect import NcclFacts
 from ddptui.nccl.facts import Communicator, Hca, Interface, NcclWarn, NodeFacts, RankFacts
-from ddptui.nccl.table import render_table
+from ddptui.nccl.table import NO_LINES, rank_detail, render_rank, render_table, table_rows
 
 __all__ = [
+    "NO_LINES",
     "SLOW_INIT_FACTOR",
     "SLOW_INIT_MARGIN_S",
     "Communicator",
@@ -23,5 +24,8 @@ __all__ = [
     "NodeFacts",
     "RankFacts",
     "nccl_warnings",
+    "rank_detail",
+    "render_rank",
     "render_table",
+    "table_rows",
 ]

@@ -11,7 +11,7 @@ import statistics
 from collections.abc import Callable
 
 from ddptui.nccl.collect import NcclFacts
-from ddptui.nccl.facts import NodeFacts
+from ddptui.nccl.facts import Communicator, NodeFacts, RankFacts
 
 MAX_CELL = 56
 
@@ -121,15 +121,80 @@ def _cell(text: str) -> str:
     return text if len(text) <= MAX_CELL else text[:MAX_CELL - 1] + "…"
 
 
-def render_table(facts: NcclFacts) -> str:
-    """Rows of facts, columns of nodes, padded with spaces; "-" where NCCL never said."""
+#: What the table says of a run without a single NCCL line.
+NO_LINES = "no NCCL lines (run with NCCL_DEBUG=INFO to see what NCCL chose)"
+
+
+def table_rows(facts: NcclFacts) -> list[list[str]]:
+    """The header row (a blank, then the nodes), then one row per fact: the text table's
+    cells and the dashboard's, so the two never say different things."""
     nodes = list(facts.nodes.values())
-    if not nodes:
-        return "no NCCL lines (run with NCCL_DEBUG=INFO to see what NCCL chose)"
     rows = [["", *(n.node for n in nodes)]]
     rows += [[label, *(_cell(fn(n)) for n in nodes)] for label, fn in _ROWS]
+    return rows
+
+
+def render_table(facts: NcclFacts) -> str:
+    """Rows of facts, columns of nodes, padded with spaces; "-" where NCCL never said."""
+    if not facts.nodes:
+        return NO_LINES
+    rows = table_rows(facts)
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
              for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def _comm_line(c: Communicator) -> str:
+    shape = f"rank {c.rank} of {c.nranks}"
+    if c.n_nodes is not None:
+        shape += f", {c.n_nodes} node(s), {c.local_ranks} local"
+    parts = [c.func or "comm", shape]
+    if c.cuda_dev is not None:
+        parts.append(f"cudaDev {c.cuda_dev}" + (f" busId {c.bus_id}" if c.bus_id else ""))
+    t = c.init_seconds
+    if t is not None:
+        slow = c.slowest_phase
+        parts.append(f"init {t:.2f} s" + (f" (most in {slow[0]}, {slow[1]:.2f} s)" if slow
+                                          else ""))
+    elif c.started is not None:
+        parts.append("init not complete")
+    if c.comm_id:
+        parts.append(f"commId {c.comm_id}")
+    return "; ".join(parts)
+
+
+def rank_detail(r: RankFacts) -> list[tuple[str, str]]:
+    """One process's facts as (label, text) pairs, every communicator and WARN on a pair of
+    its own: what ``ddptui nccl --rank N`` prints and the dashboard shows for a selected
+    rank."""
+    one = NodeFacts("", {r.label: r})
+    who = f"rank {r.rank}" if r.rank is not None else r.label
+    host = f" on host {r.host}" if r.host else ""
+    out = [("process", f"{who}{host}" + (f", pid {r.pid}" if r.pid is not None else ""))]
+    version = r.nccl_version or "-"
+    if r.cuda_runtime:
+        version += f" (built for CUDA {r.cuda_runtime})"
+    out += [("NCCL", version), ("CUDA driver", r.cuda_driver or "-"),
+            ("network", _network(one)), ("why not IB", r.fallback_reason or "-"),
+            ("bootstrap", _join([i.label for i in r.bootstrap])),
+            ("socket ifaces", _join([i.label for i in r.sockets])),
+            ("IB OOB", _join([i.label for i in r.ib_oob])),
+            ("IB HCAs", _hcas(one)), ("GPU Direct RDMA", _gdr(one)),
+            ("NCCL_* set", _join([f"{k}={v}" for k, v in r.env.items()])),
+            ("channels", _channels(one)), ("transports", _transports(one)),
+            ("connected", _connected(one))]
+    out += [(f"comm {c.comm}", _comm_line(c)) for c in r.comms.values()]
+    out += [("NCCL WARN", (f"{w.position}: " if w.position else "") + w.message)
+            for w in r.warns]
+    out += [("note", n) for n in r.net_notes]
+    out.append(("lines", f"{r.lines} NCCL lines, {r.unknown} of no known shape"))
+    return out
+
+
+def render_rank(r: RankFacts, node: str) -> str:
+    """:func:`rank_detail` as text, labels padded to one width."""
+    pairs = [("node", node), *rank_detail(r)]
+    width = max(len(label) for label, _ in pairs)
+    return "\n".join(f"{label.ljust(width)}  {text}" for label, text in pairs)

@@ -13,6 +13,7 @@ from typing import Protocol
 from ddptui.chart.rows import Run
 from ddptui.config import HostsConfig
 from ddptui.launch.outcome import RunResult, StopReport
+from ddptui.nccl import NcclFacts
 from ddptui.store.runs import RunSummary
 from ddptui.store.store import Store
 
@@ -55,6 +56,10 @@ class RunHandle(Protocol):
 
     def chart(self, metric: str, log_y: bool, width: int, height: int) -> Chart:
         """The chart of ``metric``, built where the series are; slow: call it off the loop."""
+
+    def nccl_facts(self) -> NcclFacts:
+        """What NCCL said so far on every node, from every NCCL line of the run; slow: call
+        it off the loop."""
 
 
 RunFactory = Callable[[HostsConfig, Path | None], RunHandle]

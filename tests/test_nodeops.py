@@ -56,11 +56,15 @@ def test_stop_kills_marked_processes_in_other_sessions_too(tmp_path: Path) -> No
             p.wait(timeout=5)
 
 
-def test_quoting_of_paths() -> None:
+def test_quoting_of_paths(tmp_path: Path) -> None:
     weird = "/tmp/ddptui test/$(touch x); 'q'"
-    assert nodeops.mkdir_cmd(weird).startswith("mkdir -p -- '")
     res = sh(f"printf %s {nodeops.remove_cmd(weird).split('-- ', 1)[1]}")
     assert res.stdout == weird
+    made = tmp_path / "ddptui test" / "$(touch x); 'q'"
+    assert sh(f"cd {tmp_path} && " + nodeops.mkdir_cmd(str(made))).returncode == 0
+    assert not (tmp_path / "x").exists()
+    for d in (made, made.parent):  # the run's secrets live in there: the user's alone
+        assert d.is_dir() and d.stat().st_mode & 0o777 == 0o700
 
 
 def test_split_complete() -> None:

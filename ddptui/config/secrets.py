@@ -26,7 +26,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from ddptui.config.model import HostsConfig
 
 #: What a withheld value is written as, in ``run.json`` and in ddptui's own lines.
 REDACTED: Final = "***"
@@ -167,3 +170,14 @@ class Masker:
             if raw in data:
                 data = data.replace(raw, b"*" * len(raw))
         return data
+
+
+def config_masker(config: HostsConfig) -> Masker:
+    """What to mask in the lines of a run of ``config`` (nothing for a withheld value)."""
+    values = secret_values((n.env for n in config.nodes), config.secret_env)
+    return Masker.of(v for v in values if v != REDACTED)
+
+
+def config_secret_names(config: HostsConfig) -> list[str]:
+    """Every secret env name of the config, for ``ddptui check`` to say what it withholds."""
+    return sorted({k for n in config.nodes for k in secret_names(n.env, config.secret_env)})

@@ -23,14 +23,20 @@ from pathlib import Path
 from typing import Any
 
 from ddptui.config import HostsConfig, NodeConfig
+from ddptui.config.secrets import config_masker
 from ddptui.events import Level, NodeLogParser, NodeState, NodeStatus, RunStatus, ssh_line
-from ddptui.launch import nodeops, sequence
+from ddptui.launch import liveness, nodeops, sequence, withheld
 from ddptui.launch.evidence import Evidence
 from ddptui.launch.follow import Batch, Finished, NodeFollower, replay_raw_logs
 from ddptui.launch.outcome import LaunchError, RunResult, StopReport, run_exit_code
 from ddptui.launch.plan import NodeLaunch, Plan, new_run_id
 from ddptui.launch.reach import connect, map_at_once
+from ddptui.launch.stacks import Stacks, take
+from ddptui.launch.telemetry import Samplers
+from ddptui.launch.watch import HealthWatch
+from ddptui.nccl import NcclFacts
 from ddptui.store import rundir
+from ddptui.store.owner import this_controller
 from ddptui.store.runs import read_run, write_run
 from ddptui.store.runs import state_root as resolve_state_root
 from ddptui.store.store import Store
@@ -71,8 +77,15 @@ class Controller:
         self._consumer: threading.Thread | None = None
         self._listeners: list[Callable[[Batch], None]] = []
         self._publish_lock = threading.Lock()
-        self._meta: dict[str, Any] = {}
+        self._meta: dict[str, Any] = {"controller": this_controller()}  # for stale runs
+        self.watch = liveness.Watch(self, config.health.lost_after)
+        self.reaper: liveness.Reaper | None = None
+        self._meta_lock = threading.Lock()
         self.evidence = Evidence()  # the diagnosis's own copy: the store's rings may drop lines
+        self.health = HealthWatch(config.health, self.store, self._listeners,  # stalls
+                                  lambda on: self.stacks(nodes=on), self._publish, self.run_id)
+        self.samplers = Samplers()  # each node's telemetry, from start_following to the end
+        self.masker = config_masker(config)  # secret env values, hidden in every line kept
 
     @property
     def done(self) -> bool:
@@ -83,11 +96,17 @@ class Controller:
         self._listeners.append(fn)
 
     def _publish_note(self, node: str, text: str, level: Level = Level.INFO) -> None:
+        text = self.masker.text(text)
         self._publish(Batch(node, [ssh_line(node, text, time.time(), level)], {}))
+
+    def publish(self, node: str, events: list[Any]) -> None:
+        """Events a launch phase makes (setup output), seen by every face like a node's."""
+        self._publish(Batch(node, events, {}))
 
     def node_state(self, node: str, status: NodeStatus, detail: str = "",
                     exit_code: int | None = None) -> None:
-        ev = NodeState(node, status, time.time(), detail, self._pgids.get(node), exit_code)
+        ev = NodeState(node, status, time.time(), self.masker.text(detail),
+                       self._pgids.get(node), exit_code)
         self._publish(Batch(node, [ev], {}))
 
     def _publish(self, batch: Batch) -> None:
@@ -107,10 +126,11 @@ class Controller:
         return self._meta["nodes"][name]["run_dir"]  # run.json's key for the node dir
 
     def write_meta(self, **changes: Any) -> None:
-        self._meta.update(changes)
-        data = dict(self._meta)
-        data["nodes"] = list(self._meta.get("nodes", {}).values())
-        write_run(self.local_dir, data)
+        with self._meta_lock:  # the consumer saves NCCL facts while others may save too
+            self._meta.update(changes)
+            data = dict(self._meta)
+            data["nodes"] = list(self._meta.get("nodes", {}).values())
+            write_run(self.local_dir, data)
 
     def set_status(self, status: RunStatus, **changes: Any) -> None:
         """The run's status, in the store (for the faces) and in ``run.json`` (for
@@ -128,6 +148,7 @@ class Controller:
 
     def abort(self, problems: list[str], *, cleanup: bool, kill: bool = False) -> None:
         """Undo a launch on every node, then raise: all or nothing."""
+        problems = [self.masker.text(p) for p in problems]
         if kill and self.plan is not None:
             self._stopping.set()
             map_at_once([launch.node.name for launch in self.plan.nodes],
@@ -159,10 +180,13 @@ class Controller:
                 node=name, transport=self.transports[name], node_dir=self._node_dir(name),
                 raw_path=rundir.node_log(self.local_dir, name),
                 parser=parsers.get(name) or NodeLogParser(name), out=self._queue,
+                masker=self.masker,
                 pgid=self._pgids.get(name), stopping=self._stopping,
                 reconnect=functools.partial(self._reconnect, node), poll=self.poll)
             self._followers[name] = f
             f.start()
+        self.watch.start()
+        self.samplers.start(self)
 
     def _reconnect(self, node: NodeConfig) -> Transport:
         transport = connect(node, self.config)
@@ -179,6 +203,7 @@ class Controller:
             try:
                 first = self._queue.get(timeout=0.1)
             except queue.Empty:
+                self.health.tick(self._stopping.is_set())
                 if all(f.halt.is_set() for f in self._followers.values()) and self._followers:
                     return
                 continue
@@ -190,6 +215,7 @@ class Controller:
                 except queue.Empty:
                     time.sleep(0.002)
             self._apply(items)
+            self.health.tick(self._stopping.is_set())
             if len(self._finished) == total:
                 self._conclude()
                 return
@@ -206,6 +232,8 @@ class Controller:
         if events or raw_done:
             self.store.apply(events, raw_done)
             self.evidence.add(events)
+            if self.evidence.nccl.due():
+                self.write_meta(**self.evidence.nccl.meta())
         for item in items:
             if isinstance(item, Batch):
                 for fn in self._listeners:
@@ -213,11 +241,12 @@ class Controller:
 
     def _conclude(self) -> None:
         codes = {n: f.exit_code for n, f in self._finished.items()}
-        stopped = self._stopping.is_set() or any(
-            f.status is NodeStatus.STOPPED for f in self._finished.values())
+        lost = bool(self.watch.lost)  # the run ended because a node was lost
+        stopped = not lost and (self._stopping.is_set() or any(
+            f.status is NodeStatus.STOPPED for f in self._finished.values()))
         failures = self.store.failure_list()
         names = [n.name for n in self.config.nodes]
-        code = run_exit_code(codes, failures, names, stopped)
+        code = liveness.LOST_EXIT if lost else run_exit_code(codes, failures, names, stopped)
         found, why_not = None, None
         if code != 0 and not stopped:  # a run a person stopped has no cause to find
             world = self.plan.world_size if self.plan else self._meta.get("world_size")
@@ -227,14 +256,26 @@ class Controller:
             RunStatus.FINISHED if code == 0 else RunStatus.FAILED)
         self.set_status(status, exit_code=code, ended_at=time.time())
         self.write_meta(node_exit_codes=codes, diagnosis=found.to_dict() if found else None,
-                         **({"diagnosis_error": why_not} if why_not else {}))
+                         **({"diagnosis_error": why_not} if why_not else {}),
+                         **self.evidence.nccl.meta())
+        self.samplers.end()
         self.store.close()
+        self.reaper = liveness.reap(self, self.config.health.lost_after)
         self._close_transports()
         self._done.set()
+
+    def stacks(self, rank: int | None = None, nodes: list[str] | None = None) -> Stacks:
+        """The ranks' Python stacks now (:mod:`ddptui.launch.stacks`), saved in the run dir."""
+        return take(self.run_id, self.config, self.transports, self.local_dir, nodes=nodes,
+                    rank=rank)
 
     def wait(self, timeout: float | None = None) -> RunResult | None:
         self._done.wait(timeout)
         return self.result
+
+    def nccl_facts(self) -> NcclFacts:
+        """What NCCL said so far, on every node (a copy: lines go on arriving)."""
+        return self.evidence.nccl.snapshot()
 
     def _stop_node(self, name: str, grace: float) -> list[int]:
         node = self.config.node(name)
@@ -280,11 +321,8 @@ class Controller:
     def _give_up_on(self, name: str, why: str) -> None:
         """A node that cannot be reached must not hold the run open: it ends as lost."""
         f = self._followers.get(name)
-        if f is None or name in self._finished:
-            return
-        f.halt.set()
-        self.node_state(name, NodeStatus.LOST, why)
-        self._queue.put(Finished(name, NodeStatus.LOST, None))
+        if f is not None and name not in self._finished:
+            f.give_up(why)
 
     def _conclude_without_followers(self, report: StopReport) -> None:
         for n in self.config.nodes:
@@ -302,6 +340,7 @@ class Controller:
             f.join(timeout=10)
         if self._consumer is not None:
             self._consumer.join(timeout=10)
+        self.samplers.end()  # nobody watches: a new one starts on attach
         self._close_transports()
         self.store.close()
 
@@ -317,7 +356,7 @@ class Controller:
                                "`ddptui logs` lists the runs there"]) from None
         config = HostsConfig.from_dict(meta["config"])
         ctl = cls(config, state_root=root, run_id=run_id, poll=poll)
-        ctl._meta = dict(meta)
+        ctl._meta = {**meta, "controller": this_controller()}
         ctl._meta["nodes"] = {n["name"]: n for n in meta.get("nodes", [])}
         if not ctl._meta["nodes"]:
             raise LaunchError([f"run {run_id} never started on any node "
@@ -326,6 +365,7 @@ class Controller:
         # the new store has opened no mirror file yet, so recovery may truncate them
         parsers = replay_raw_logs(ctl.store, ctl.local_dir, [n.name for n in config.nodes])
         ctl.evidence.seed(ctl.store)
+        ctl.evidence.nccl.reread(ctl.local_dir, [n.name for n in config.nodes], meta.get("nccl"))
         ctl.store.set_run(run_id=run_id, status=RunStatus.RUNNING,
                           started_at=meta.get("started_at"),
                           world_size=meta.get("world_size"))
@@ -334,6 +374,9 @@ class Controller:
         if problems:
             ctl._close_transports()
             raise LaunchError(problems)
+        ctl.config = withheld.recover(config, ctl.transports,
+                                      {n: v["run_dir"] for n, v in ctl._meta["nodes"].items()})
+        ctl.masker = config_masker(ctl.config)
         if follow:
             ctl.start_following(parsers)
         return ctl

@@ -4,6 +4,11 @@ The local raw copy is the source of truth for "how far have we read": only whole
 appended to it, so its size is always a valid remote offset, and ``ddptui attach`` resumes
 from there with nothing lost or read twice. Partial lines wait in memory until their newline
 arrives (or the job ends).
+
+Liveness: a follower only reports trouble and keeps reconnecting; it records when it last
+heard from its node (``last_heard``). Declaring a node lost is the controller's watch's
+decision (:mod:`ddptui.launch.liveness`), because a read on a partitioned link blocks
+rather than fails, and a blocked thread cannot judge its own silence.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from ddptui.config.secrets import Masker
 from ddptui.events import (
     Event,
     Level,
@@ -102,7 +108,7 @@ class NodeFollower(threading.Thread):
         stopping: threading.Event,
         reconnect: Callable[[], Transport],
         poll: float = 0.2,
-        lost_timeout: float = 300.0,
+        masker: Masker | None = None,
     ) -> None:
         super().__init__(name=f"follow-{node}", daemon=True)
         self.node = node
@@ -115,8 +121,12 @@ class NodeFollower(threading.Thread):
         self.stopping = stopping
         self.reconnect = reconnect
         self.poll = poll
-        self.lost_timeout = lost_timeout
+        self.masker = masker or Masker()  # secret env values, masked before anything keeps a line
         self.halt = threading.Event()  # detach: stop following, leave the job alone
+        self.last_heard = time.monotonic()  # the node's last answer (read by the watch)
+        self.trouble = ""  # why the node does not answer now; "" while it does
+        self._end_lock = threading.Lock()
+        self._ended = False
         self.offset = raw_path.stat().st_size if raw_path.exists() else 0
         self._buf = b""
         self._status = NodeStatus.RUNNING
@@ -130,15 +140,40 @@ class NodeFollower(threading.Thread):
 
     def _state(self, status: NodeStatus, detail: str = "", exit_code: int | None = None) -> None:
         self._status = status
-        self._emit([NodeState(self.node, status, time.time(), detail, self.pgid, exit_code,
-                              self.parser.attempt)])
+        self._emit([NodeState(self.node, status, time.time(), self.masker.text(detail),
+                              self.pgid, exit_code, self.parser.attempt)])
 
     def _take(self, raw: BinaryIO, data: bytes) -> list[Event]:
-        """Whole lines into the raw copy (its size stays a valid offset), then parsed."""
+        """Whole lines into the raw copy (its size stays a valid offset), then parsed.
+
+        Secret values are masked first, byte for byte, so that nothing after this point (the
+        raw copy, the store, the faces) holds one, and offsets stay the node's.
+        """
+        data = self.masker.data(data)
         raw.write(data)
         raw.flush()
         self.offset += len(data)
         return parse_chunk(self.parser, data, time.time())
+
+    def _claim_end(self) -> bool:
+        """True once: the node's end (exit code, lost, crash) is reported exactly once, whether
+        this thread or the watch sees it first."""
+        with self._end_lock:
+            ended, self._ended = self._ended, True
+            return not ended
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    def give_up(self, detail: str) -> bool:
+        """The watch's verdict: the node is lost. Stop following; False if it ended already."""
+        if not self._claim_end():
+            return False
+        self.halt.set()
+        self._state(NodeStatus.LOST, detail)
+        self.out.put(Finished(self.node, NodeStatus.LOST, None))
+        return True
 
     def _read_some(self, raw: BinaryIO) -> bool:
         """Read what is new; True when anything arrived."""
@@ -146,8 +181,10 @@ class NodeFollower(threading.Thread):
             data = self.transport.read_from(self._remote(rundir.NODE_LOG),
                                             self.offset + len(self._buf), CHUNK)
         except FileNotFoundError:
+            self.last_heard = time.monotonic()
             return False
-        if not data:
+        self.last_heard = time.monotonic()
+        if not data or self.halt.is_set():  # given up meanwhile: the raw copy stays as consumed
             return False
         complete, self._buf = split_complete(self._buf + data)
         if complete:
@@ -182,7 +219,9 @@ class NodeFollower(threading.Thread):
     def _alive(self) -> bool:
         if self.pgid is None:
             return True
-        return self.transport.run(nodeops.alive_cmd(self.pgid), timeout=15).exit_code == 0
+        alive = self.transport.run(nodeops.alive_cmd(self.pgid), timeout=15).exit_code == 0
+        self.last_heard = time.monotonic()
+        return alive
 
     def run(self) -> None:
         with open(self.raw_path, "ab") as raw:
@@ -191,19 +230,19 @@ class NodeFollower(threading.Thread):
             except Exception as e:  # a bug must not vanish with the thread
                 self._emit([ssh_line(self.node, f"follower crashed: {e!r}", time.time(),
                                      Level.ERROR)])
-                self.out.put(Finished(self.node, NodeStatus.LOST, None))
+                if self._claim_end():
+                    self.out.put(Finished(self.node, NodeStatus.LOST, None))
 
     def _follow(self, raw: BinaryIO) -> None:
         next_check = 0.0
         next_alive = time.monotonic() + 2.0
-        lost_since: float | None = None
         while not self.halt.is_set():
             try:
                 got = self._read_some(raw)
-                if lost_since is not None:
-                    lost_since = None
+                if self.trouble and not self.halt.is_set():
+                    self.trouble = ""
                     self._state(NodeStatus.STOPPING if self.stopping.is_set()
-                                else NodeStatus.RUNNING, "reconnected")
+                                else NodeStatus.RUNNING, "reachable again")
                 if got:
                     continue
                 now = time.monotonic()
@@ -224,13 +263,10 @@ class NodeFollower(threading.Thread):
             except (TransportError, OSError, EOFError) as e:
                 if isinstance(e, FileNotFoundError):
                     raise
-                if lost_since is None:
-                    lost_since = time.monotonic()
-                    self._state(NodeStatus.LOST, f"connection lost: {e}")
-                if time.monotonic() - lost_since > self.lost_timeout:
-                    self.out.put(Finished(self.node, NodeStatus.LOST, None))
-                    return
-                if self.halt.wait(2.0):
+                if not self.trouble and not self.halt.is_set():
+                    self.trouble = str(e) or type(e).__name__
+                    self._state(self._status, f"unreachable, reconnecting: {self.trouble}")
+                if self.halt.wait(1.0):
                     return
                 with contextlib.suppress(TransportError, OSError, EOFError):
                     self.transport = self.reconnect()
@@ -245,6 +281,8 @@ class NodeFollower(threading.Thread):
         return True
 
     def _finish(self, code: int | None) -> None:
+        if not self._claim_end():
+            return
         if self.stopping.is_set() or self._stop_requested():
             status = NodeStatus.STOPPED
             detail = "on request" if code is None else f"on request, exit code {code}"

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddptui.store import rundir
+from ddptui.sync import remote
 
 PROBE_SRC = r"""
 import json, os, socket, sys
@@ -29,6 +30,12 @@ try:
     import torch
     out["torch"] = torch.__version__
     out["cuda"] = torch.cuda.is_available() if hasattr(torch, "cuda") else False
+    out["cuda_version"] = getattr(getattr(torch, "version", None), "cuda", None)
+    try:  # for preflight: every node's torch, CUDA and NCCL must agree
+        out["devices"] = torch.cuda.device_count()
+        out["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+    except Exception:
+        pass
 except Exception as e:
     out["torch_error"] = f"{type(e).__name__}: {e}"
 print(json.dumps(out))
@@ -117,8 +124,45 @@ def stop_cmd(python: str, run_id: str, node_rank: int, grace: float, pgid: int |
                       rundir.in_node_dir(node_dir, rundir.STOP_REQUESTED))
 
 
+def sync_query_cmd(python: str, code_root: str, digest: str) -> str:
+    return python_cmd(python, remote.QUERY_SRC, code_root, digest, rundir.CODE_MANIFEST_SUFFIX)
+
+
+def sync_push_cmd(python: str, code_root: str, digest: str) -> str:
+    return python_cmd(python, remote.PUSH_SRC, code_root, digest, rundir.CODE_MANIFEST_SUFFIX)
+
+
+def in_place_cmd(project: str, entry: tuple[str, ...]) -> str:
+    """Exit 0 when the project dir exists and holds every path of ``entry`` (relative; for a
+    module, any one of its file, package or namespace dir); else print what is missing."""
+    q = shlex.quote(project)
+    tests = " || ".join(f"test -e {q}/{shlex.quote(p)}" for p in entry) or "true"
+    return (f"test -d {q} || {{ echo 'no directory '{q}; exit 1; }}; "
+            f"{tests} || {{ echo 'nothing at '{q}/{shlex.quote(entry[0] if entry else '')}; "
+            "exit 1; }")
+
+
+def setup_script(project: str, steps: tuple[str, ...], env: dict[str, str]) -> str:
+    """``job.setup`` as one sh script, fed to ``sh -s`` on stdin, so that neither the steps
+    nor the environment show in a process list. Each step runs verbatim in a subshell of its
+    own (an ``exit`` or ``cd`` in one does not leak into the next), with no stdin (it would
+    read the rest of this script); the first failing step ends the script with its code."""
+    q = shlex.quote
+    lines = [f"cd {q(project)} || exit 1",
+             *(f"export {k}={q(env[k])}" for k in sorted(env)),
+             f'export PYTHONPATH={q(project)}"${{PYTHONPATH:+:$PYTHONPATH}}"']
+    for i, step in enumerate(steps, 1):
+        said = q(f"ddptui: setup step {i} of {len(steps)} failed with exit code ")
+        lines += [f"printf '%s\\n' {q('$ ' + step)}",
+                  f"(\n{step}\n) < /dev/null || {{ rc=$?; echo {said}$rc >&2; exit $rc; }}"]
+    return "\n".join(lines) + "\n"
+
+
 def mkdir_cmd(*paths: str) -> str:
-    return "mkdir -p -- " + " ".join(shlex.quote(p) for p in paths)
+    """Directories for ddptui's own files, readable by the user alone (0700, and so is every
+    parent it creates): ``launch.sh`` in them holds the run's secret env values."""
+    quoted = " ".join(shlex.quote(p) for p in paths)
+    return f"umask 077 && mkdir -p -- {quoted} && chmod 700 -- {quoted}"
 
 
 def start_cmd(node_dir: str) -> str:
@@ -156,6 +200,9 @@ class Probe:
     torch: str | None
     torch_error: str | None
     cuda: bool = False
+    cuda_version: str | None = None
+    nccl: str | None = None
+    devices: int | None = None
 
 
 def _last_json(stdout: str, key: str) -> dict[str, Any] | None:
@@ -175,7 +222,8 @@ def parse_probe(stdout: str) -> Probe | None:
     if d is None:
         return None
     return Probe(str(d["python"]), str(d.get("version", "")), str(d.get("hostname", "")),
-                 d.get("torch"), d.get("torch_error"), bool(d.get("cuda", False)))
+                 d.get("torch"), d.get("torch_error"), bool(d.get("cuda", False)),
+                 d.get("cuda_version"), d.get("nccl"), d.get("devices"))
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ from ddptui.store import rundir
 TORCHRUN_MODULE = "torch.distributed.run"
 #: launch.sh exits with this when the node dir is gone: no torchrun was started.
 EXIT_NO_RUN_DIR = 97
+#: launch.sh records this exit code when the project directory is gone: no torchrun started.
+EXIT_NO_PROJECT = 98
 
 _ENV_NAME_RE = re.compile(f"{ENV_NAME}\\Z")
 
@@ -37,6 +39,9 @@ class NodeLaunch:
     argv: tuple[str, ...]  # [python, "-m", "torch.distributed.run", *flags, entry..., *args]
     env: dict[str, str]  # only what ddptui sets (not the node's whole environment)
     script: str  # the launch.sh text
+    #: The ranks' working directory, first on PYTHONPATH: the synced tree or the in-place
+    #: project; None for the bundled worker, which runs from the node dir.
+    project_dir: str | None = None
 
     @property
     def log_dir(self) -> str:
@@ -98,12 +103,15 @@ def make_plan(
     rdzv_host: str,
     worker_module: str = rundir.WORKER_PACKAGE,
     script_paths: Mapping[str, str] | None = None,
+    project_dirs: Mapping[str, str] | None = None,
 ) -> Plan:
     """One :class:`NodeLaunch` per node, in node-rank order.
 
-    ``workdirs`` (node name -> absolute workdir) and ``script_paths`` (node name -> the
-    uploaded user script there; default ``<node dir>/<script's file name>``) come from the
-    controller because only it talks to the nodes.
+    ``workdirs`` (node name -> absolute workdir), ``project_dirs`` (node name -> the project's
+    root there: the synced tree, or ``job.project`` run in place) and ``script_paths`` (node
+    name -> the user script there; default: inside the project, else
+    ``<node dir>/<script's file name>``) come from the controller because only it talks to
+    the nodes.
     """
     if not rundir.RUN_ID_RE.match(run_id):
         raise ValueError(f"run id must match [A-Za-z0-9._-]+, not {run_id!r}")
@@ -116,15 +124,17 @@ def make_plan(
         if workdir is None or not workdir.startswith("/"):
             raise ValueError(f"node {node.name!r} needs an absolute workdir, got {workdir!r}")
         ndir = rundir.node_dir(workdir, run_id, rank)
-        entry = _entry(config, node, ndir, worker_module, script_paths)
+        project = (project_dirs or {}).get(node.name) if config.job.script else None
+        entry = _entry(config, node, ndir, worker_module, script_paths, project)
         argv = (
             node.python, "-m", TORCHRUN_MODULE,
             *torchrun_flags(config, node, rank, run_id, ndir, rdzv_host),
             *entry, *config.job.args,
         )
         env = node_env(config, node, run_id, rank)
-        launches.append(NodeLaunch(node, rank, ndir, argv, env,
-                                   launch_script(run_id, node.name, rank, ndir, argv, env)))
+        launches.append(NodeLaunch(
+            node, rank, ndir, argv, env,
+            launch_script(run_id, node.name, rank, ndir, argv, env, project), project))
     counts = [n.nproc_per_node for n in config.nodes if isinstance(n.nproc_per_node, int)]
     world = sum(counts) if len(counts) == len(config.nodes) else None
     return Plan(run_id, tuple(launches), world)
@@ -174,7 +184,7 @@ def torchrun_flags(
 
 def _entry(
     config: HostsConfig, node: NodeConfig, ndir: str, worker_module: str,
-    script_paths: Mapping[str, str] | None,
+    script_paths: Mapping[str, str] | None, project: str | None,
 ) -> list[str]:
     job = config.job
     if job.script is None:  # job.is_bundled_worker, spelled so that mypy narrows job.script
@@ -183,7 +193,25 @@ def _entry(
         return ["-m", job.script]
     if script_paths is not None and node.name in script_paths:
         return [script_paths[node.name]]
+    if project is not None:
+        return [posixpath.join(project, script_in_project(job.script, job.project))]
     return [posixpath.join(ndir, posixpath.basename(job.script.replace("\\", "/")))]
+
+
+def script_in_project(script: str, project: str | None) -> str:
+    """The script's path below the project root, as it is on every node."""
+    if project is None:
+        return posixpath.basename(script)
+    rel = posixpath.relpath(script, project)
+    if rel == ".." or rel.startswith("../"):
+        raise ValueError(f"the script {script} is not inside the project {project}")
+    return rel
+
+
+def module_paths(module: str) -> tuple[str, ...]:
+    """Where ``-m module`` may be found below a project root: a module file or a package."""
+    base = module.replace(".", "/")
+    return (f"{base}.py", base)
 
 
 def node_env(config: HostsConfig, node: NodeConfig, run_id: str, node_rank: int) -> dict[str, str]:
@@ -220,17 +248,20 @@ def _comment(text: str) -> str:
 
 def launch_script(
     run_id: str, name: str, node_rank: int, ndir: str, argv: tuple[str, ...],
-    env: Mapping[str, str],
+    env: Mapping[str, str], project: str | None = None,
 ) -> str:
     """The POSIX sh the controller starts detached with ``setsid sh launch.sh``.
 
     It records its pid (= the process group, as a session leader) for ``stop``, and writes
-    the exit code through a rename so a reader never sees half of it.
+    the exit code through a rename so a reader never sees half of it. With a ``project``,
+    torchrun runs in it, with it first on ``PYTHONPATH`` (as ``cd project && torchrun``
+    would, plus the root importable from any script below it); the node dir's files are
+    written by absolute path.
     """
     for key in env:
         if not _ENV_NAME_RE.match(key):
             raise ValueError(f"not an environment variable name: {key!r}")
-    for value in (*argv, *env.values(), ndir):
+    for value in (*argv, *env.values(), ndir, project or ""):
         if "\x00" in value:
             raise ValueError("a NUL character cannot be passed to a process")
     human = shlex.join(["torchrun", *argv[3:]])
@@ -241,12 +272,48 @@ def launch_script(
         f"cd {quote(ndir)} || exit {EXIT_NO_RUN_DIR}",
         f"echo $$ > {rundir.PGID}",
         *(f"export {key}={quote(env[key])}" for key in sorted(env)),
-        " ".join(quote(a) for a in argv),
-        "rc=$?",
-        f'echo "$rc" > {rundir.EXIT_CODE}.tmp && mv {rundir.EXIT_CODE}.tmp {rundir.EXIT_CODE}',
-        'exit "$rc"',
     ]
+    command = " ".join(quote(a) for a in argv)
+    if project is None:
+        lines += [command, "rc=$?"]
+    else:
+        lines += [
+            f'export PYTHONPATH={quote(project)}"${{PYTHONPATH:+:$PYTHONPATH}}"',
+            f"if cd {quote(project)}; then",
+            f"  {command}",
+            "  rc=$?",
+            "else",
+            f"  rc={EXIT_NO_PROJECT}",
+            "fi",
+        ]
+    done = quote(rundir.in_node_dir(ndir, rundir.EXIT_CODE))
+    tmp = quote(rundir.in_node_dir(ndir, rundir.EXIT_CODE + ".tmp"))
+    lines += [f'echo "$rc" > {tmp} && mv {tmp} {done}', 'exit "$rc"']
     return "\n".join(lines) + "\n"
+
+
+def exported_env(script: str) -> dict[str, str]:
+    """The ``export NAME='value'`` lines of a ``launch.sh``, read back: ``ddptui attach``
+    takes the secret values ``run.json`` withholds from the node's own copy."""
+    env: dict[str, str] = {}
+    lines = script.split("\n")
+    after = 0  # lines before this one belong to a value already read
+    for i, line in enumerate(lines):
+        if i < after or not line.startswith("export "):
+            continue
+        words = None
+        for end in range(i + 1, len(lines) + 1):  # a quoted value may hold newlines
+            try:
+                words = shlex.split("\n".join(lines[i:end])[len("export "):])
+                after = end
+                break
+            except ValueError:
+                continue
+        if words is not None and len(words) == 1 and "=" in words[0]:
+            key, value = words[0].split("=", 1)
+            if _ENV_NAME_RE.match(key):
+                env[key] = value
+    return env
 
 
 def _number(value: float) -> str:

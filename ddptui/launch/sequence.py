@@ -12,8 +12,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from ddptui.config.secrets import redact_config_dict
 from ddptui.events import NodeStatus, RunStatus
-from ddptui.launch import staging
+from ddptui.launch import project, staging, withheld
 from ddptui.launch.outcome import LaunchError
 from ddptui.launch.plan import NodeLaunch, Plan, expand_home, make_plan
 from ddptui.launch.reach import map_at_once, probe_node
@@ -26,11 +27,20 @@ if TYPE_CHECKING:
 
 def launch(ctl: Controller) -> None:
     """Every phase in order; on return every node runs torchrun and the followers run."""
-    ctl.write_meta(run_id=ctl.run_id, config=ctl.config.to_dict(), nodes={})
+    ctl.write_meta(run_id=ctl.run_id, config=redact_config_dict(ctl.config.to_dict()),
+                   nodes={})
+    try:
+        withheld.refuse_incomplete(ctl.config)
+    except LaunchError as e:
+        ctl.abort(e.problems, cleanup=False)
     ctl.set_status(RunStatus.LAUNCHING, started_at=time.time())
+    walked = project.prepare(ctl)  # a project that cannot ship is refused before any node
     homes = reach(ctl)
-    plan = make_node_plans(ctl, homes)
+    plan = make_node_plans(ctl, homes, walked)
+    project.check_in_place(ctl, plan)
+    project.sync_all(ctl, plan, walked)
     put_files(ctl, plan)
+    project.run_setup(ctl, plan)
     start_all(ctl, plan)
     ctl.set_status(RunStatus.RUNNING)
     ctl.start_following({})
@@ -62,14 +72,16 @@ def reach(ctl: Controller) -> dict[str, str]:
     return homes
 
 
-def make_node_plans(ctl: Controller, homes: dict[str, str]) -> Plan:
+def make_node_plans(ctl: Controller, homes: dict[str, str],
+                    walked: project.Walked | None = None) -> Plan:
     """The pure plan, from what the nodes said; recorded in ``run.json`` before any file is
     written, so that a launch cut short can still be found and cleaned up."""
     cfg = ctl.config
     first = cfg.rendezvous_node
     rdzv_host = cfg.rendezvous.endpoint or first.addr or ctl.transports[first.name].address
     workdirs = {n.name: expand_home(n.workdir, homes[n.name]) for n in cfg.nodes}
-    plan = make_plan(cfg, ctl.run_id, workdirs=workdirs, rdzv_host=rdzv_host)
+    plan = make_plan(cfg, ctl.run_id, workdirs=workdirs, rdzv_host=rdzv_host,
+                     project_dirs=project.project_dirs(ctl, workdirs, homes, walked))
     ctl.plan = plan
     ctl.store.set_run(world_size=plan.world_size)
     ctl.write_meta(

@@ -44,11 +44,11 @@ def upload(transport: Transport, node_launch: NodeLaunch, job: JobConfig) -> Non
     if job.script is None:  # job.is_bundled_worker, spelled so that mypy narrows job.script
         for f in worker_files():
             transport.put_bytes(f.read_bytes(), rundir.in_node_dir(worker_dir, f.name))
-    elif not job.module:
-        src = Path(job.script)
+    elif node_launch.project_dir is None and not job.module:
+        src = Path(job.script)  # no project (a plan made without one): the script alone
         transport.put_bytes(src.read_bytes(), rundir.in_node_dir(ndir, src.name), 0o755)
     script = rundir.in_node_dir(ndir, rundir.LAUNCH_SCRIPT)
-    transport.put_bytes(node_launch.script.encode(), script, 0o755)
+    transport.put_bytes(node_launch.script.encode(), script, 0o700)  # it holds secret env
     transport.put_bytes(b"", rundir.in_node_dir(ndir, rundir.NODE_LOG))
 
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from ddptui.telemetry.sample import NodeSample
+
 #: Given to torchrun; ``${rank}`` is the global rank, right also after an elastic restart.
 PREFIX_TEMPLATE = "[ddptui ${rank} ${local_rank}] "
 _PREFIX_RE = re.compile(r"\[ddptui (\d+) (\d+)\] ")
@@ -83,6 +85,7 @@ class Source(StrEnum):
     AGENT = "agent"
     NCCL = "nccl"
     SSH = "ssh"
+    SETUP = "setup"  # job.setup's output, before torchrun starts
 
 
 class Level(StrEnum):
@@ -166,7 +169,8 @@ class Stall:
 
 # Events are never changed once made, but they are not ``frozen``: a frozen dataclass is built
 # through object.__setattr__ per field, four times slower, and readers make 50k lines a second.
-Event = NodeState | LogLine | Metric | Failure | Stall
+#: NodeSample: a node's telemetry (``ddptui.telemetry``), applied and sent as the others are.
+Event = NodeState | LogLine | Metric | Failure | Stall | NodeSample
 
 _GLOG_FIRST = frozenset("IWEF")
 _GLOG_RE = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
@@ -195,6 +199,10 @@ _ERROR_RE = re.compile(
 # `UserWarning: x`, Python's `file.py:88: UserWarning: x`, `WARNING ...`, `warning: ...`
 _WARN_RE = re.compile(r"(^|: )(\[rank\d+\]: )?[\w.]*Warning: |\bWARN(ING)?\b|^[Ww]arning:")
 _RESTART_RE = re.compile(r"Worker group (FAILED|UNHEALTHY)\. (\d+)/(\d+) attempts left")
+# A restart started by another node: healthy workers are restarted too so that every node
+# joins the new round. torch counts no attempt for it (TORCHELASTIC_RESTART_COUNT stays), but
+# it is the same restart of the job, so ddptui counts it as one: every node shows one attempt.
+_FOLLOW_RESTART_RE = re.compile(r"Detected (\d+) new nodes from group_rank=\d+; will restart")
 _CHILD_FAILED_RE = re.compile(
     r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)"
 )
@@ -332,11 +340,13 @@ class NodeLogParser:
                             self.attempt)]
         level = classify_level(line)
         m = _RESTART_RE.search(line)
-        if m is not None:
+        joined = _FOLLOW_RESTART_RE.search(line) if m is None and "Detected" in line else None
+        if m is not None or joined is not None:
             self.attempt += 1
             level = Level.WARNING
-            out.append(NodeState(self.node, NodeStatus.RESTARTING, time,
-                                 f"restart {self.attempt} of {m.group(3)}",
+            why = (f"restart {self.attempt} of {m.group(3)}" if m is not None else
+                   f"restart {self.attempt}: another node restarted its workers")
+            out.append(NodeState(self.node, NodeStatus.RESTARTING, time, why,
                                  attempt=self.attempt))
         m = _CHILD_FAILED_RE.search(line)
         if m is not None:

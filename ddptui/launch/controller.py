@@ -65,6 +65,8 @@ class Controller:
         for n in config.nodes:
             self.store.add_node(n.name, config.node_rank(n))
         self.plan: Plan | None = None
+        #: Run the fast preflight before starting anything (``--no-preflight``: False).
+        self.preflight = True
         self.result: RunResult | None = None
         self.poll = poll
         self.transports: dict[str, Transport] = {}
@@ -377,6 +379,7 @@ class Controller:
         ctl.config = withheld.recover(config, ctl.transports,
                                       {n: v["run_dir"] for n, v in ctl._meta["nodes"].items()})
         ctl.masker = config_masker(ctl.config)
+        ctl.write_meta()  # run.json names this controller now: the run is not stale
         if follow:
             ctl.start_following(parsers)
         return ctl

@@ -37,6 +37,16 @@ STOP_REQUESTED = "stop_requested"
 TORCHELASTIC = "torchelastic"
 #: The bundled worker's upload, named as its package: ``python -m`` finds it from the node dir.
 WORKER_PACKAGE = "ddptui_worker"
+#: Synced projects, one tree per content digest, shared by the runs that ship that content.
+NODE_CODE = ".ddptui/code"
+#: Beside each tree ``<digest>/``: ``<digest>.manifest.json``, what the next sync diffs against.
+CODE_MANIFEST_SUFFIX = ".manifest.json"
+#: The telemetry sampler (``ddptui.telemetry.sampler``): its script, the pid of its session
+#: leader, the heartbeat file ddptui touches, and its two alternating output segments.
+SAMPLER_SCRIPT = "telemetry.sh"
+SAMPLER_PID = "telemetry.pid"
+SAMPLER_BEAT = "telemetry.beat"
+SAMPLER_OUT = "telemetry.{}.out"
 
 # Here, under the state root.
 STATE_DIR = "ddptui"
@@ -50,17 +60,42 @@ METRICS = "metrics.jsonl"
 EVENTS = "events.jsonl"
 #: Sizes of the mirror's files and how far each raw log reached, replaced atomically.
 CHECKPOINT = "checkpoint.json"
+#: Every telemetry sample of every node, one JSON record a line.
+TELEMETRY = "telemetry.jsonl"
 #: The engine process's stdout and stderr, which would otherwise tear the dashboard's screen.
 ENGINE_LOG = "engine.log"
+#: The ranks' Python stacks (py-spy), one file per collection, named by its time.
+STACKS = "stacks"
+#: Per project, the hashes of its files by size, mtime and inode, so a warm sync hashes little.
+SYNC_HASHES = "sync-hashes"
 
 
 def node_dir(workdir: str, run_id: str, node_rank: int) -> str:
     return posixpath.join(workdir, NODE_RUNS, run_id, f"node{node_rank}")
 
 
+def code_root(workdir: str) -> str:
+    return posixpath.join(workdir, NODE_CODE)
+
+
+def code_dir(workdir: str, digest: str) -> str:
+    """A synced project's root on a node: the ranks' working directory and PYTHONPATH."""
+    return posixpath.join(workdir, NODE_CODE, digest)
+
+
+def hash_cache(root: Path, project_key: str) -> Path:
+    """``project_key``: a short hash of the project's absolute path."""
+    return root / SYNC_HASHES / f"{project_key}.json"
+
+
 def in_node_dir(node_dir: str, name: str) -> str:
     """``name`` (one of this module's node-side names) inside a node dir."""
     return posixpath.join(node_dir, name)
+
+
+def sampler_out(segment: int) -> str:
+    """The sampler's output segment ``segment`` (they alternate: 0, 1, 0, ...)."""
+    return SAMPLER_OUT.format(segment % 2)
 
 
 def state_dir(xdg_state_home: str | None, home: str) -> Path:
@@ -80,6 +115,11 @@ def run_dir(root: Path, run_id: str) -> Path:
 def node_log(run_dir: Path, node: str) -> Path:
     """The raw copy of a node's ``node.log``: its size is how far it was read."""
     return run_dir / NODES / f"{node}.log"
+
+
+def stacks_file(run_dir: Path, stamp: str) -> Path:
+    """``stamp``: when the stacks were taken, e.g. ``20261122-201503``."""
+    return run_dir / STACKS / f"stacks-{stamp}.txt"
 
 
 def rank_log_name(rank: int) -> str:

@@ -29,6 +29,8 @@ from ddptui.events import (
 )
 from ddptui.store import rundir
 from ddptui.store.mirror import Mirror, recover_to_checkpoint
+from ddptui.store.telemetry import NodeTelemetry
+from ddptui.telemetry.sample import NodeSample
 
 #: A change as a replica applies it: ("apply", events), ("run", changes), ("node", name, rank).
 Change = tuple[Any, ...]
@@ -120,6 +122,7 @@ class Store:
         self.version = 0
         self.points = 0  # series points so far: the chart redraws only when this moved
         self._mirror = Mirror(run_dir) if run_dir is not None and mirrored else None
+        self.telemetry = NodeTelemetry(run_dir if mirrored else None)  # samples, per node
 
     def add_node(self, name: str, node_rank: int) -> None:
         with self._write_lock:
@@ -159,7 +162,7 @@ class Store:
                         apply_one(ev)
                 self.version += 1
             if self._mirror is not None and mirror:
-                self._mirror.write(events, raw_done or {})
+                self._mirror.write(self.telemetry.take_out(events), raw_done or {})
             if self._tap is not None:
                 self._tap(("apply", list(events)))
 
@@ -188,6 +191,7 @@ class Store:
                 "latest": {r: dict(kinds) for r, kinds in self.latest.items()},
                 "summaries": dict(self.summaries),
                 "run": RunInfo(**vars(self.run)),
+                "telemetry": self.telemetry.copy(),
             }
 
     @classmethod
@@ -210,6 +214,7 @@ class Store:
         s.latest = snapshot["latest"]
         s.summaries = snapshot["summaries"]
         s.run = snapshot["run"]
+        s.telemetry.restore(snapshot.get("telemetry"))
         s.version = 1
         return s
 
@@ -256,6 +261,8 @@ class Store:
                 node.exit_code = ev.exit_code
         elif isinstance(ev, Failure):
             self.failures.append(ev)
+        elif type(ev) is NodeSample:
+            self.telemetry.add(ev)
         elif isinstance(ev, Stall):  # not progress: a rank's lines and metrics are that
             self.stalls.append(ev)
 
@@ -353,6 +360,11 @@ class Store:
         with self._lock:
             return list(self.stalls)
 
+    def node_samples(self) -> dict[str, list[NodeSample]]:
+        """Each node's recent telemetry, oldest first."""
+        with self._lock:
+            return self.telemetry.copy()
+
     def rank_log_path(self, rank: int) -> Path | None:
         return None if self.run_dir is None else rundir.rank_log(self.run_dir, rank)
 
@@ -366,6 +378,7 @@ class Store:
         with self._write_lock:
             if self._mirror is not None:
                 self._mirror.close()
+            self.telemetry.close()
 
     #: Kept on the store, where attach and the tests look for it.
     recover = staticmethod(recover_to_checkpoint)

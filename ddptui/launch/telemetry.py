@@ -1,0 +1,195 @@
+"""Each node's telemetry sampler, from this side: started with the run on the node's own
+connection, its output read and parsed, kept alive by a heartbeat, ended with the run.
+
+The sampler runs detached on the node, as ``launch.sh`` does, and writes to files in the
+node dir; one thread per node reads them by byte offset through the transport's
+``read_from``, as the log follower reads ``node.log``. So it needs no channel of its own and
+survives a dropped connection. What it cannot survive is ddptui going away for good: it exits
+when its heartbeat file goes untouched (see :mod:`ddptui.telemetry.sampler`), and with the
+run's process group. Stop, the run's end and detach also end it explicitly, and wait until
+it is gone. Attach starts a fresh one.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ddptui.events import Level, ssh_line
+from ddptui.launch.follow import Batch, split_complete
+from ddptui.launch.reach import map_at_once
+from ddptui.store import rundir
+from ddptui.telemetry import sampler
+from ddptui.telemetry.parse import SamplerParser
+from ddptui.telemetry.sample import NodeSample
+from ddptui.transport.base import Transport, TransportError
+
+if TYPE_CHECKING:
+    from ddptui.launch.controller import Controller
+
+FILES = sampler.SamplerFiles(rundir.SAMPLER_SCRIPT, rundir.SAMPLER_PID, rundir.SAMPLER_BEAT,
+                             rundir.SAMPLER_OUT)
+CHUNK = 1 << 18
+#: A sampler that lost its heartbeat (ddptui was suspended, the link was down) is started
+#: again, but not more often than this.
+RESTART_AFTER_S = 10.0
+
+
+class NodeSampler(threading.Thread):
+    """One node's sampler: starts it, reads it, beats for it; :meth:`end` ends it."""
+
+    def __init__(self, *, node: str, transport: Callable[[], Transport | None], node_dir: str,
+                 run_id: str, pgid: int | None, path: str | None,
+                 publish: Callable[[list[NodeSample]], None],
+                 note: Callable[[str, Level], None], poll: float = 1.0,
+                 beat_timeout: int = sampler.BEAT_TIMEOUT_S) -> None:
+        super().__init__(name=f"telemetry-{node}", daemon=True)
+        self.node = node
+        self.transport = transport
+        self.node_dir = node_dir
+        self.run_id, self.pgid, self.path = run_id, pgid, path
+        self.publish, self.note = publish, note
+        self.poll, self.beat_timeout = poll, beat_timeout
+        self.halt = threading.Event()
+        self.parser = SamplerParser(node)
+        self._segment = 0
+        self._offset = 0
+        self._buf = b""
+        self._beats = 0
+        self._next_beat = 0.0
+        self._started_at = 0.0
+
+    def _t(self) -> Transport:
+        t = self.transport()
+        if t is None:
+            raise TransportError(self.node, f"node {self.node}: not connected")
+        return t
+
+    def _in_dir(self, name: str) -> str:
+        return rundir.in_node_dir(self.node_dir, name)
+
+    def start_remote(self) -> None:
+        """(Re)start the sampler: a previous one in this node dir is ended first."""
+        t = self._t()
+        t.put_bytes(sampler.script(FILES).encode(), self._in_dir(FILES.script))
+        self._beat(t)
+        res = t.run(sampler.start_cmd(self.node_dir, FILES, self.pgid, self.run_id,
+                                      path=self.path, beat_timeout=self.beat_timeout), timeout=30)
+        if "started" not in res.stdout:
+            raise TransportError(self.node, f"node {self.node}: the telemetry sampler did not "
+                                            f"start: {res.stderr.strip() or res.stdout.strip()}")
+        self.parser = SamplerParser(self.node)
+        self._segment, self._offset, self._buf = 0, 0, b""
+        self._started_at = time.monotonic()
+
+    def _beat(self, t: Transport) -> None:
+        self._beats += 1
+        t.put_bytes(f"{self._beats}\n".encode(), self._in_dir(FILES.beat))
+        self._next_beat = time.monotonic() + sampler.BEAT_EVERY_S
+
+    def _read(self, t: Transport) -> bool:
+        """Parse what is new; True when anything arrived."""
+        try:
+            data = t.read_from(self._in_dir(FILES.out.format(self._segment % 2)),
+                               self._offset + len(self._buf), CHUNK)
+        except FileNotFoundError:
+            return False
+        if not data:
+            return False
+        complete, self._buf = split_complete(self._buf + data)
+        self._offset += len(complete)
+        samples: list[NodeSample] = []
+        now = time.time()
+        for line in complete.decode("utf-8", "replace").splitlines():
+            if line == "@next":  # the last line of a segment: go on in the other one
+                self._segment, self._offset, self._buf = self._segment + 1, 0, b""
+                break
+            samples.extend(self.parser.feed(line, now))
+        if samples:
+            self.publish(samples)
+        return True
+
+    def run(self) -> None:
+        started = warned = False
+        while not self.halt.is_set():
+            try:
+                t = self._t()
+                if not started:
+                    self.start_remote()
+                    started = True
+                if time.monotonic() >= self._next_beat:
+                    self._beat(t)
+                while self._read(t) and not self.halt.is_set():
+                    pass
+                if self.parser.ended:
+                    if not self._ended():
+                        return
+                    started = False
+            except (TransportError, OSError, EOFError) as e:
+                if isinstance(e, TransportError) and not started and not warned:
+                    warned = True
+                    self.note(f"telemetry: {e}", Level.WARNING)
+                if self.halt.wait(2.0):
+                    return
+                continue
+            self.halt.wait(self.poll)
+
+    def _ended(self) -> bool:
+        """The sampler exited by itself: True to start it again (it lost its heartbeat while
+        ddptui is here), False when the run's processes are gone."""
+        why, self.parser.ended = self.parser.ended, ""
+        if not why.startswith("no heartbeat"):
+            return False
+        self.note(f"telemetry sampler stopped ({why}); starting it again", Level.INFO)
+        wait = RESTART_AFTER_S - (time.monotonic() - self._started_at)
+        return not self.halt.wait(max(0.0, wait))
+
+    def end(self, timeout: float = 15.0) -> None:
+        """Stop reading, then end the sampler on the node and wait until it is gone."""
+        self.halt.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout)
+        t = self.transport()
+        if t is not None:
+            t.run(sampler.stop_cmd(self.node_dir, FILES), timeout=timeout)
+
+
+class Samplers:
+    """The run's samplers, one per node; the controller starts and ends them."""
+
+    def __init__(self) -> None:
+        self.by_node: dict[str, NodeSampler] = {}
+
+    def start(self, ctl: Controller) -> None:
+        if self.by_node:
+            return
+        for node in ctl.config.nodes:
+            name = node.name
+
+            def publish(samples: list[NodeSample], name: str = name) -> None:
+                ctl._publish(Batch(name, list(samples), {}))
+
+            def note(text: str, level: Level, name: str = name) -> None:
+                ctl._publish(Batch(name, [ssh_line(name, text, time.time(), level)], {}))
+
+            s = NodeSampler(node=name, transport=lambda name=name: ctl.transports.get(name),
+                            node_dir=ctl._node_dir(name), run_id=ctl.run_id,
+                            pgid=ctl._pgids.get(name), path=node.env.get("PATH"),
+                            publish=publish, note=note)
+            self.by_node[name] = s
+            s.start()
+
+    def end(self) -> dict[str, str]:
+        """End every sampler at once; node -> why one could not be ended."""
+        samplers = list(self.by_node.values())
+        for s in samplers:
+            s.halt.set()
+        results = map_at_once(samplers, lambda s: s.end())
+        problems: dict[str, str] = {}
+        for s, res in zip(samplers, results, strict=True):
+            if isinstance(res, Exception):
+                problems[s.node] = str(res)
+        self.by_node.clear()
+        return problems

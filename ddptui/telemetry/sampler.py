@@ -1,0 +1,179 @@
+"""The sampler that runs on each node while a run is up, as shell text: pure.
+
+It needs nothing installed: POSIX ``sh`` reads ``/proc`` once a second with builtins (one
+``sleep`` a second is its only fork), and when ``nvidia-smi`` is on the node's PATH, one
+``nvidia-smi --query-gpu ... -l 1`` streams beside it (polling it each second would pay for
+NVML's start each time). Every line it prints carries a tag (see :mod:`ddptui.telemetry.parse`):
+
+``@epoch E U``  the node's clock and uptime once, so that samples carry the node's time
+``@gpu FIELDS`` the GPU query's fields (or ``@gpu-none``); ``G row`` one GPU row
+``T U``         a /proc block begins (uptime U); ``C`` /proc/stat's cpu line, ``L`` loadavg,
+                ``M`` two meminfo lines, ``N`` one /proc/net/dev line; ``E`` the block ends
+``P@``/``P+ row``/``P- row``/``P.``  compute processes (``+``: carries the run's marker)
+``@next``       the output goes on in the other segment file; ``@bye WHY`` it exits
+
+Its output goes through one writer loop into two segment files that it alternates between
+every ``SEGMENT_LINES`` lines, so a run of weeks never fills the node's disk.
+
+It stops by itself when the run's process group is gone, or when ddptui has not touched its
+heartbeat file for ``beat_timeout`` seconds (a closed laptop, a killed controller): nothing
+is left behind on a node that ddptui can no longer reach.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import NamedTuple
+
+
+class SamplerFiles(NamedTuple):
+    """The sampler's file names in the node dir (``ddptui.store.rundir`` spells them)."""
+
+    script: str
+    pid: str
+    beat: str
+    out: str  # with ``{}`` for the segment: 0 or 1
+
+
+#: What is asked of nvidia-smi, in this order (``uuid`` joins the compute processes).
+GPU_FIELDS = ("index", "uuid", "name", "utilization.gpu", "memory.used", "memory.total",
+              "power.draw", "power.limit", "temperature.gpu", "clocks.sm")
+APP_FIELDS = ("gpu_uuid", "pid", "process_name", "used_memory")
+#: Lines per segment file: about 10 minutes of a node with 8 GPUs.
+SEGMENT_LINES = 20_000
+#: List the compute processes every this many samples.
+APPS_EVERY = 5
+#: Seconds without a heartbeat after which the sampler exits by itself.
+BEAT_TIMEOUT_S = 60
+#: How often the controller touches the heartbeat file.
+BEAT_EVERY_S = 5.0
+
+SCRIPT = r"""# ddptui telemetry sampler: $1 pgid of the run, $2 heartbeat timeout (s),
+# $3 lines per segment, $4 the run's marker prefix, $5 a PATH or ''; run in the node dir.
+pgid=$1; beat_timeout=$2; seg_lines=$3; marker=$4
+[ -n "$5" ] && PATH=$5 && export PATH
+echo $$ > __PID__
+: > __OUT0__; : > __OUT1__
+gpu_fields=__GPU_FIELDS__
+smi=; command -v nvidia-smi >/dev/null 2>&1 && smi=1
+
+gpus() {
+  printf '@gpu %s\n' "$gpu_fields"
+  while :; do
+    nvidia-smi --query-gpu="$gpu_fields" --format=csv,noheader,nounits -l 1 2>&1 |
+      while IFS= read -r l; do printf 'G %s\n' "$l"; done
+    printf '@gpu-ended\n'
+    sleep 5
+  done
+}
+
+apps() {
+  printf 'P@\n'
+  nvidia-smi --query-compute-apps=__APP_FIELDS__ --format=csv,noheader,nounits 2>&1 |
+    while IFS= read -r l; do
+      rest=${l#*, }; pid=${rest%%,*}; tag=-
+      case $pid in
+        *[!0-9]*|'') tag=? ;;
+        *) tr '\000' '\n' < /proc/$pid/environ 2>/dev/null | grep -qF "$marker" && tag=+ ;;
+      esac
+      printf 'P%s %s\n' "$tag" "$l"
+    done
+  printf 'P.\n'
+}
+
+proc() {
+  read up idle < /proc/uptime
+  printf '@epoch %s %s\n' "$(date +%s)" "$up"
+  beat=; beat_at=${up%.*}; n=0
+  while :; do
+    read up idle < /proc/uptime
+    now=${up%.*}
+    printf 'T %s\n' "$up"
+    read l < /proc/stat; printf 'C %s\n' "$l"
+    read l < /proc/loadavg; printf 'L %s\n' "$l"
+    while read k v u; do
+      case $k in MemTotal:|MemAvailable:) printf 'M %s %s\n' "$k" "$v" ;; esac
+    done < /proc/meminfo
+    { read l; read l; while read l; do printf 'N %s\n' "$l"; done; } < /proc/net/dev
+    [ -n "$smi" ] && [ $((n % __APPS_EVERY__)) -eq 0 ] && apps
+    printf 'E\n'
+    b=; [ -r __BEAT__ ] && read b < __BEAT__
+    [ "$b" != "$beat" ] && { beat=$b; beat_at=$now; }
+    if [ $((now - beat_at)) -gt "$beat_timeout" ]; then
+      printf '@bye no heartbeat from ddptui for %ss\n' "$beat_timeout"; break
+    fi
+    if [ "$pgid" -gt 0 ] && ! kill -0 -"$pgid" 2>/dev/null; then
+      printf "@bye the run's processes are gone\n"; break
+    fi
+    n=$((n + 1))
+    sleep 1
+  done
+  sleep 1  # the writer takes the last lines before the group goes
+  rm -f __PID__; kill 0
+}
+
+writer() {
+  seg=0; n=0
+  exec 3>> __OUT0__
+  while IFS= read -r l; do
+    printf '%s\n' "$l" >&3
+    n=$((n + 1))
+    if [ "$n" -ge "$seg_lines" ]; then
+      seg=$(( (seg + 1) % 2 )); n=0
+      : > "__OUT_PRE__${seg}__OUT_SUF__"
+      printf '@next\n' >&3
+      exec 3>> "__OUT_PRE__${seg}__OUT_SUF__"
+    fi
+  done
+}
+
+main() {
+  if [ -n "$smi" ]; then gpus & else printf '@gpu-none\n'; fi
+  proc
+}
+
+trap 'trap - TERM INT HUP; rm -f __PID__; kill 0' TERM INT HUP
+main | writer &
+wait
+"""
+
+
+def script(files: SamplerFiles) -> str:
+    """The sampler's source, with every name it writes spelled by the caller."""
+    pre, suf = files.out.split("{}")
+    return (SCRIPT.replace("__PID__", files.pid).replace("__BEAT__", files.beat)
+            .replace("__OUT_PRE__", pre).replace("__OUT_SUF__", suf)
+            .replace("__OUT0__", files.out.format(0)).replace("__OUT1__", files.out.format(1))
+            .replace("__GPU_FIELDS__", shlex.quote(",".join(GPU_FIELDS)))
+            .replace("__APP_FIELDS__", ",".join(APP_FIELDS))
+            .replace("__APPS_EVERY__", str(APPS_EVERY)))
+
+
+def start_cmd(node_dir: str, files: SamplerFiles, pgid: int | None, run_id: str, *,
+              path: str | None = None, beat_timeout: int = BEAT_TIMEOUT_S,
+              segment_lines: int = SEGMENT_LINES) -> str:
+    """Start the sampler detached, as ``launch.sh`` is (own session, no terminal, no stdin),
+    after ending one a previous controller left; ``path`` is the hosts file's PATH for the
+    node, so that nvidia-smi is found where the job's own commands are."""
+    d = shlex.quote(node_dir)
+    args = " ".join(shlex.quote(a) for a in (str(pgid or 0), str(beat_timeout),
+                                             str(segment_lines), f"DDPTUI_RUN={run_id}/",
+                                             path or ""))
+    return (f"cd {d} && {{ {_kill(files.pid)}; }}; "
+            f"(setsid sh {shlex.quote(files.script)} {args} > /dev/null 2>&1 < /dev/null &) "
+            "&& echo started")
+
+
+def _kill(pid_file: str, wait: bool = False) -> str:
+    """End the sampler's whole process group (it leads its own session), then, with
+    ``wait``, wait until it is gone, so that a run reported stopped left nothing behind."""
+    pid = shlex.quote(pid_file)
+    waiting = ('i=0; while kill -0 -"$p" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; '
+               'i=$((i+1)); done; kill -KILL -"$p" 2>/dev/null; ' if wait else "")
+    return (f'p=$(cat {pid} 2>/dev/null); case "$p" in ""|*[!0-9]*) ;; '
+            f'*) kill -TERM -"$p" 2>/dev/null; {waiting}rm -f {pid} ;; esac')
+
+
+def stop_cmd(node_dir: str, files: SamplerFiles) -> str:
+    d = shlex.quote(node_dir)
+    return f"cd {d} 2>/dev/null || exit 0; {_kill(files.pid, True)}; echo stopped"

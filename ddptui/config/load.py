@@ -9,12 +9,13 @@ from ddptui.config.parse import parse_hosts
 
 
 def parse_config(text: str, path: str | Path) -> HostsConfig:
-    """Check a whole hosts file, including that a local ``job.script`` exists on this machine.
+    """Check a whole hosts file, including that a local ``job.script`` and ``job.project``
+    exist on this machine.
 
     ``path`` is where the text came from: messages name it, and a relative script is taken
     from its directory.
     """
-    return parse_hosts(text, path, is_file=Path.is_file)
+    return parse_hosts(text, path, is_file=Path.is_file, is_dir=Path.is_dir)
 
 
 def load_config(path: str | Path) -> HostsConfig:

@@ -124,6 +124,19 @@ class JobConfig:
     """Your training script on this machine (relative to the hosts file), uploaded per run."""
     module: bool = field(default=False, metadata=key(v.MODULE))
     """A module on the nodes to run with `-m` instead of a script (then held in `script`)."""
+    project: str | None = field(default=None, metadata=key(
+        v.text("a directory"), hints=("project_dir", "code_dir", "src")))
+    """The project run on every node; default: the script's folder (`module`: the hosts file's)."""
+    sync: bool = field(default=True, metadata=key(v.BOOL, hints=("rsync", "copy")))
+    """Copy the project to every node (only changes travel); false: run it in place there."""
+    exclude: tuple[str, ...] = field(default=(), metadata=key(
+        v.PATTERNS, hints=("excludes", "ignore")))
+    """.gitignore patterns not shipped, beyond the project's .gitignore files and the defaults."""
+    max_sync_mb: int = field(default=500, metadata=key(v.POS_INT, hints=("max_sync",)))
+    """Refuse to ship a project larger than this (MB, 10^6 bytes), naming its largest files."""
+    setup: tuple[str, ...] = field(default=(), metadata=key(
+        v.COMMANDS, hints=("setup_commands", "before", "install")))
+    """Shell commands run verbatim in the project on every node before torchrun, in order."""
     args: tuple[str, ...] = field(default=(), metadata=key(v.ARGS))
     """Arguments after the script or module (numbers become text)."""
     max_restarts: int = field(default=0, metadata=key(v.MAX_RESTARTS, hints=("restarts",)))
@@ -238,6 +251,8 @@ class HostsConfig:
     def from_dict(cls, d: Mapping[str, Any]) -> HostsConfig:
         job = dict(d.get("job", {}))
         job["args"] = tuple(job.get("args", ()))
+        for name in ("exclude", "setup"):
+            job[name] = tuple(job.get(name, ()))
         return cls(
             path=Path(d["path"]),
             nodes=tuple(NodeConfig(**n) for n in d["nodes"]),

@@ -38,9 +38,11 @@ _ENDPOINT_RE = re.compile(r"(?:\[([^\]]+)\]|([^:\[\]]+)):(\d{1,6})\Z")
 
 
 class _HostsParser(NodeWalker):
-    def __init__(self, text: str, path: Path, is_file: Callable[[Path], bool]) -> None:
+    def __init__(self, text: str, path: Path, is_file: Callable[[Path], bool],
+                 is_dir: Callable[[Path], bool]) -> None:
         super().__init__(text, path, SYNONYMS)
         self.is_file = is_file
+        self.is_dir = is_dir
 
     def parse(self) -> HostsConfig | None:
         root = self.compose()
@@ -137,10 +139,11 @@ class _HostsParser(NodeWalker):
 
     def job(self, entry: Entry | None) -> JobConfig:
         v, lines, entries = self.section(entry, "job", JobConfig)
-        if "args" in entries:
-            args = checks_of(JobConfig)["args"]
-            assert isinstance(args, ListOf)
-            v["args"] = self.job_args(entries["args"], args.item)
+        for name in ("args", "exclude", "setup"):
+            if name in entries:
+                rule = checks_of(JobConfig)[name]
+                assert isinstance(rule, ListOf)
+                v[name] = self.job_args(entries[name], rule.item, name)
         if "module" in v:
             if "script" in v:
                 self.problem(lines["module"], "job.module",
@@ -149,22 +152,61 @@ class _HostsParser(NodeWalker):
             else:
                 v["script"], v["module"] = v["module"], True
         elif "script" in v:
-            v["script"] = self.resolve_script(v["script"], lines["script"])
+            v["script"] = self.resolve_script(v["script"], lines["script"],
+                                              must_exist=v.get("sync", True))
+        if "script" in v:
+            self.project(v, lines)
+        elif "project" in v or v.get("sync") is False:
+            key = "project" if "project" in v else "sync"
+            self.problem(lines[key], f"job.{key}",
+                         "applies to your own code only; give `script:` or `module:` too.")
         return build(JobConfig, v)
 
-    def job_args(self, entry: Entry, item: Check) -> tuple[str, ...]:
+    def project(self, v: dict[str, Any], lines: dict[str, int]) -> None:
+        """The project's root, resolved as the script is; the script must lie inside it.
+
+        With ``sync: false`` it is a path on the nodes (``~`` is each node's home), so it is
+        not looked for here."""
+        sync = v.get("sync", True)
+        if "project" in v:
+            given = os.path.expanduser(v["project"]) if sync else v["project"]
+            if not given.startswith(("/", "~")):
+                given = str(self.path.parent / given)
+            project = given if given.startswith("~") else os.path.abspath(given)
+            line = lines["project"]
+        else:
+            project = str(Path(os.path.abspath(self.path.parent if v.get("module")
+                                               else Path(v["script"]).parent)))
+            line = lines.get("script") or lines.get("module") or 0
+        if sync and not self.is_dir(Path(project)):
+            self.problem(line, "job.project",
+                         f"names {project!r}, which is not a directory on this machine (a "
+                         "relative path is taken from the hosts file's directory).")
+        elif not v.get("module"):
+            rel = os.path.relpath(v["script"], project)
+            if rel == ".." or rel.startswith("../"):
+                self.problem(lines["script"], "job.script",
+                             f"names {v['script']!r}, which is not inside the project "
+                             f"{project!r}; every rank runs the script from the project's "
+                             "copy, so set `project:` to a directory that holds it.")
+        v["project"] = project
+
+    def job_args(self, entry: Entry, item: Check, name: str = "args") -> tuple[str, ...]:
         value_node = entry.value_node
         if isinstance(value_node, yaml.ScalarNode) and value_node.tag == NULL_TAG:
             return ()
         items = self.sequence(value_node)
         if items is None:
-            self.problem(line_of(value_node), "job.args",
+            example = {"args": "`args: [--epochs, '3']`",
+                       "exclude": "`exclude: [data/, '*.log']`",
+                       "setup": "`setup: ['pip install -r requirements.txt']`"}[name]
+            self.problem(line_of(value_node), f"job.{name}",
                          f"must be a list of strings, not {self.describe(value_node)}; write "
-                         "`args: [--epochs, '3']` or one `- item` per line.")
+                         f"{example} or one `- item` per line.")
             return ()
         out: list[str] = []
         for i, node in enumerate(items):
-            value = self.check(node, f"job.args[{i}]", item)
+            value = self.check(node, f"job.{name}[{i}]", item)
             if value is not MISSING:
                 out.append(value)
         return tuple(out)
@@ -198,12 +240,13 @@ class _HostsParser(NodeWalker):
             out.append(name)
         return tuple(out)
 
-    def resolve_script(self, script: str, line: int) -> str:
-        """A relative script is relative to the hosts file: it is uploaded from here."""
+    def resolve_script(self, script: str, line: int, must_exist: bool = True) -> str:
+        """A relative script is relative to the hosts file: it is uploaded from here (with
+        ``sync: false`` it lies at the same path on the nodes, where it is looked for)."""
         try:
             resolved = Path(script) if Path(script).is_absolute() else self.path.parent / script
             resolved = Path(os.path.abspath(resolved))
-            exists = self.is_file(resolved)
+            exists = not must_exist or self.is_file(resolved)
         except (OSError, ValueError):
             exists = False
             resolved = Path(script)
@@ -215,14 +258,16 @@ class _HostsParser(NodeWalker):
 
 
 def parse_hosts(text: str, path: str | Path, *,
-                is_file: Callable[[Path], bool] = lambda _: True) -> HostsConfig:
+                is_file: Callable[[Path], bool] = lambda _: True,
+                is_dir: Callable[[Path], bool] = lambda _: True) -> HostsConfig:
     """Check a whole hosts file; raise ConfigError naming every problem in it.
 
-    ``is_file`` answers whether a local ``job.script`` exists; it is the one question about the
-    file system, asked by ``load.py``, so that this stays pure.
+    ``is_file`` and ``is_dir`` answer whether a local ``job.script`` and ``job.project``
+    exist; they are the only questions about the file system, asked by ``load.py``, so that
+    this stays pure.
     """
     path = Path(path)
-    parser = _HostsParser(text, path, is_file)
+    parser = _HostsParser(text, path, is_file, is_dir)
     try:
         config = parser.parse()
     except RecursionError:

@@ -320,6 +320,15 @@ def _env_name(value: Any) -> str:
     return text
 
 
+def _command(value: Any) -> str:
+    """A shell command as the person wrote it: several lines are fine, a NUL cannot pass."""
+    if not isinstance(value, str) or not value.strip():
+        _fail("a shell command", value)
+    if "\x00" in value:
+        raise Invalid("must not contain a NUL character (a shell command cannot).")
+    return value
+
+
 def _arg(value: Any) -> str:
     return _scalar_text(value, "program arguments", "a string (quote values like 'true' or dates)")
 
@@ -351,6 +360,9 @@ ARG = Check(_arg, {"type": ["string", "number"], "pattern": _NO_NUL}, "string")
 ENV_VALUE = Check(_env_value, {"type": ["string", "number", "boolean"], "pattern": _NO_NUL},
                   "string, number or boolean")
 ARGS = ListOf(ARG, "list of strings")
+PATTERNS = ListOf(text("a .gitignore pattern"), "list of patterns")
+COMMANDS = ListOf(Check(_command, {"type": "string", "pattern": _NO_NUL}, "string"),
+                  "list of shell commands")
 ENV = MappingOf(ENV_VALUE, RESERVED_ENV, "mapping NAME: value")
 ENV_NAMES = ListOf(Check(_env_name, {"type": "string", "pattern": f"^{ENV_NAME}$"}, "string"),
                    "list of names")

@@ -7,8 +7,12 @@ node; ``home()`` is there so a ``~/...`` workdir can be made absolute once.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
+
+#: Called with each piece of a command's output as it arrives; ``stderr`` says which stream.
+OnOutput = Callable[[bytes, bool], None]
 
 
 class TransportError(Exception):
@@ -36,6 +40,13 @@ class Transport(Protocol):
 
     def run(self, command: str, timeout: float) -> CommandResult:
         """Run ``sh -c command`` on the node, wait for it; raise TransportError on timeout."""
+
+    def run_stream(self, command: str, timeout: float, *, stdin: Iterable[bytes] | None = None,
+                   on_output: OnOutput | None = None) -> CommandResult:
+        """:meth:`run`, with stdin fed from ``stdin``'s chunks (then closed) and the output
+        handed to ``on_output`` as it comes: one stream of many files instead of a round trip
+        per file, and setup output shown while it runs. An exception raised by ``stdin``
+        ends the command (its stdin is cut short) and propagates."""
 
     def home(self) -> str:
         """The absolute home directory of the login user on the node."""

@@ -13,9 +13,12 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
+from collections.abc import Iterable
+from typing import IO
 
 from ddptui.config import NodeConfig
-from ddptui.transport.base import CommandResult, TransportError
+from ddptui.transport.base import CommandResult, OnOutput, TransportError
 
 
 class LocalTransport:
@@ -59,6 +62,54 @@ class LocalTransport:
             out.decode("utf-8", errors="replace"),
             err.decode("utf-8", errors="replace"),
         )
+
+    def run_stream(self, command: str, timeout: float, *, stdin: Iterable[bytes] | None = None,
+                   on_output: OnOutput | None = None) -> CommandResult:
+        try:
+            proc = subprocess.Popen(
+                ["sh", "-c", command],
+                stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as exc:
+            raise TransportError(self.node, f"{self.node} (local): cannot run sh: {exc}") from exc
+        out, err = bytearray(), bytearray()
+        lock = threading.Lock()  # on_output is called from one reader at a time
+
+        def read(pipe: IO[bytes], buf: bytearray, is_err: bool) -> None:
+            while chunk := pipe.read1(65536):  # type: ignore[attr-defined]
+                buf.extend(chunk)
+                if on_output is not None:
+                    with lock:
+                        on_output(chunk, is_err)
+
+        readers = [threading.Thread(target=read, args=(p, b, e), daemon=True)
+                   for p, b, e in ((proc.stdout, out, False), (proc.stderr, err, True))]
+        for r in readers:
+            r.start()
+        try:
+            if stdin is not None and proc.stdin is not None:
+                with contextlib.suppress(BrokenPipeError):  # it ended early: its output says why
+                    for chunk in stdin:
+                        proc.stdin.write(chunk)
+                with contextlib.suppress(BrokenPipeError):
+                    proc.stdin.close()
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            raise TransportError(self.node, f"{self.node} (local): command timed out after "
+                                            f"{timeout:g}s and was killed: {command[:200]}"
+                                 ) from None
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+            raise
+        finally:
+            for r in readers:
+                r.join(5)
+        return CommandResult(proc.returncode, out.decode("utf-8", errors="replace"),
+                             err.decode("utf-8", errors="replace"))
 
     def home(self) -> str:
         return os.path.expanduser("~")

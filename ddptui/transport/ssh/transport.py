@@ -23,15 +23,16 @@ import shlex
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import paramiko
 
 from ddptui.config import NodeConfig, SSHOptions
-from ddptui.transport.base import CommandResult, TransportError
+from ddptui.transport.base import CommandResult, OnOutput, TransportError
 from ddptui.transport.ssh.auth import authenticate
 from ddptui.transport.ssh.hostkeys import check_host_key, known_entries, prefer_key_types
 from ddptui.transport.ssh.resolve import Endpoint, HopError, Resolver
+from ddptui.transport.ssh.stream import run_stream
 
 log = logging.getLogger(__name__)
 
@@ -266,6 +267,11 @@ class SSHTransport:
         return CommandResult(
             code, out.decode("utf-8", errors="replace"), err.decode("utf-8", errors="replace")
         )
+
+    def run_stream(self, command: str, timeout: float, *, stdin: Iterable[bytes] | None = None,
+                   on_output: OnOutput | None = None) -> CommandResult:
+        return run_stream(self._active(), self.node, self.address, command, timeout, stdin,
+                          on_output)
 
     def _sftp_client(self) -> paramiko.SFTPClient:
         """The one SFTP session (caller holds ``_sftp_lock``), reopened if it died."""

@@ -1,0 +1,109 @@
+"""One node's sync over its existing connection: ask what it has, stream what it lacks.
+
+Two commands, whatever the project's size: the query (does the node hold this digest, and if
+not, the manifest of its newest tree) and the push (a header, then every missing file's
+bytes back to back on the command's stdin; see :mod:`ddptui.sync.remote`). Per-file SFTP
+puts would cost a round trip each, seconds for a few thousand files on a far node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ddptui.sync.manifest import Manifest, PushPlan, done_text, plan_push, progress_text, stats
+from ddptui.sync.walk import ProjectError, Walked
+from ddptui.transport.base import Transport
+
+_CHUNK = 256 << 10
+#: How often the progress detail may change (the faces show every change).
+PROGRESS_EVERY_S = 0.5
+
+
+class SyncError(Exception):
+    """A node could not take the code; ``str()`` names the node and says why."""
+
+
+@dataclass(frozen=True)
+class Commands:
+    """The node-side programs as shell commands (built by :mod:`ddptui.launch.nodeops`)."""
+
+    query: str
+    push: str
+
+
+def _last_json(stdout: str) -> dict[str, Any] | None:
+    for line in reversed(stdout.strip().splitlines()):
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(d, dict):
+            return d
+    return None
+
+
+def _chunks(header: bytes, plan: PushPlan, walked: Walked, local_root: str,
+            progress: Callable[[int, int], None]) -> Iterator[bytes]:
+    """The push's stdin; refuses a file that changed since it was hashed, since its bytes
+    would no longer be what the manifest promises."""
+    yield header
+    sent = 0
+    for i, e in enumerate(plan.send):
+        path = os.path.join(local_root, e.path)
+        st = os.stat(path)
+        if (st.st_size, st.st_mtime_ns) != walked.stamps.get(e.path):
+            raise ProjectError(f"{e.path} changed while the project was being sent; "
+                               "launch again")
+        left = e.size
+        with open(path, "rb") as fh:
+            while left:
+                chunk = fh.read(min(_CHUNK, left))
+                if not chunk:
+                    raise ProjectError(f"{e.path} shrank while the project was being sent; "
+                                       "launch again")
+                left -= len(chunk)
+                sent += len(chunk)
+                yield chunk
+                progress(i, sent)
+        progress(i + 1, sent)
+
+
+def sync_node(node: str, transport: Transport, commands: Commands, walked: Walked,
+              local_root: str, on_progress: Callable[[str], None]) -> dict[str, Any]:
+    """Put the project's tree on the node under its digest; return the counts for run.json."""
+    t0 = time.monotonic()
+    manifest = walked.manifest
+    digest = manifest.digest()
+    res = transport.run(commands.query, timeout=60)
+    answer = _last_json(res.stdout)
+    if res.exit_code != 0 or answer is None:
+        raise SyncError(f"node {node}: could not read its code cache (exit code "
+                        f"{res.exit_code}): {(res.stderr.strip() or res.stdout.strip())[-500:]}")
+    base = answer.get("base")
+    have = Manifest.from_json(json.dumps(answer["manifest"])) if answer.get("manifest") else None
+    plan = plan_push(manifest, have)
+    if answer.get("have"):
+        on_progress(done_text(plan, time.monotonic() - t0, cached=True))
+        return dict(stats(plan, time.monotonic() - t0, digest, cached=True))
+    header = (json.dumps(plan.header(manifest, base), separators=(",", ":")) + "\n").encode()
+    last = [0.0]
+
+    def progress(files_done: int, sent: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= PROGRESS_EVERY_S:
+            last[0] = now
+            on_progress(progress_text(files_done, len(plan.send), sent, now - t0))
+
+    res = transport.run_stream(commands.push, timeout=120 + plan.bytes / 1e6,
+                               stdin=_chunks(header, plan, walked, local_root, progress))
+    if res.exit_code != 0 or not (_last_json(res.stdout) or {}).get("ok"):
+        raise SyncError(f"node {node}: the code could not be written there (exit code "
+                        f"{res.exit_code}): {(res.stderr.strip() or res.stdout.strip())[-800:]}")
+    seconds = time.monotonic() - t0
+    on_progress(done_text(plan, seconds, cached=False))
+    return dict(stats(plan, seconds, digest, cached=False))

@@ -1,0 +1,117 @@
+"""The node side of a sync, as Python source run by the node's own interpreter (pure text).
+
+Python because it is the one program every node is known to have (torchrun needs it); the
+node needs no ``tar``, ``rsync`` or ``sha256sum``. Both programs take the code root, the
+digest and the manifest suffix as arguments (see :mod:`ddptui.store.rundir`).
+
+* :data:`QUERY_SRC` prints ``{"have": true}`` when the tree is already there (and marks it as
+  the newest), else the manifest of the newest complete tree, which the sender diffs against.
+* :data:`PUSH_SRC` reads a one-line JSON header (:meth:`PushPlan.header`), then the bytes of
+  each sent file back to back; it builds the tree in a temporary directory (links from the
+  base tree for content it has, the sent bytes for the rest), writes the manifest and renames
+  the tree into place, so a tree under its digest's name is always complete. Two syncs of the
+  same code to one disk (two nodes sharing a home) both succeed: the second rename loses and
+  its copy is dropped.
+
+Trees share unchanged files as hard links, so that a warm sync costs a few links rather than
+copies: code that rewrites one of its own synced files in place rewrites it in the other
+trees too. New files written into the tree (outputs, checkpoints) are the run's own.
+"""
+
+from __future__ import annotations
+
+QUERY_SRC = r"""
+import json, os, sys
+root, digest, suf = sys.argv[1], sys.argv[2], sys.argv[3]
+def done(d):
+    return os.path.isdir(os.path.join(root, d)) and os.path.isfile(os.path.join(root, d + suf))
+if done(digest):
+    try:
+        os.utime(os.path.join(root, digest + suf))
+    except OSError:
+        pass
+    print(json.dumps({"have": True}))
+    sys.exit(0)
+cands = []
+try:
+    names = os.listdir(root)
+except OSError:
+    names = []
+for n in names:
+    if n.endswith(suf) and not n.startswith(".") and done(n[:-len(suf)]):
+        try:
+            cands.append((os.stat(os.path.join(root, n)).st_mtime, n[:-len(suf)]))
+        except OSError:
+            pass
+for _, d in sorted(cands, reverse=True):
+    try:
+        with open(os.path.join(root, d + suf)) as f:
+            m = json.load(f)
+    except (OSError, ValueError):
+        continue
+    print(json.dumps({"have": False, "base": d, "manifest": m}))
+    sys.exit(0)
+print(json.dumps({"have": False, "base": None}))
+"""
+
+PUSH_SRC = r"""
+import json, os, shutil, sys
+root, digest, suf = sys.argv[1], sys.argv[2], sys.argv[3]
+inp = sys.stdin.buffer
+hdr = json.loads(inp.readline())
+os.makedirs(root, mode=0o700, exist_ok=True)
+final = os.path.join(root, digest)
+tmp = os.path.join(root, ".tmp-%s-%d" % (digest, os.getpid()))
+base = os.path.join(root, hdr["base"]) if hdr["base"] else None
+def inside(p):
+    full = os.path.normpath(os.path.join(tmp, p))
+    if not full.startswith(tmp + "/"):
+        raise SystemExit("ddptui sync: refusing a path outside the tree: " + p)
+    return full
+def link(s, d):
+    try:
+        os.link(s, d)
+    except OSError:
+        shutil.copy2(s, d)
+files = 0
+try:
+    os.mkdir(tmp, 0o700)
+    for p, mode in hdr["dirs"]:
+        os.makedirs(inside(p), exist_ok=True)
+    for p, size, mode in hdr["send"]:
+        full, left = inside(p), size
+        with open(full, "wb") as f:
+            while left:
+                chunk = inp.read(min(left, 1 << 20))
+                if not chunk:
+                    raise SystemExit("ddptui sync: the stream ended early, in " + p)
+                f.write(chunk)
+                left -= len(chunk)
+        os.chmod(full, mode)
+        files += 1
+    for src, dst in hdr["from_base"]:
+        link(os.path.join(base, src), inside(dst))
+    for src, dst in hdr["copies"]:
+        link(inside(src), inside(dst))
+    for p, target in hdr["links"]:
+        os.symlink(target, inside(p))
+    for p, mode in sorted(hdr["dirs"], reverse=True):
+        os.chmod(inside(p), mode)
+    with open(tmp + suf, "w") as f:
+        json.dump(hdr["manifest"], f)
+    try:
+        os.rename(tmp, final)
+    except OSError:
+        if not os.path.isdir(final):
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+    os.replace(tmp + suf, final + suf)
+except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        os.unlink(tmp + suf)
+    except OSError:
+        pass
+    raise
+print(json.dumps({"ok": True, "files": files}))
+"""

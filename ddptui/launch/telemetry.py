@@ -44,14 +44,15 @@ class NodeSampler(threading.Thread):
                  run_id: str, pgid: int | None, path: str | None,
                  publish: Callable[[list[NodeSample]], None],
                  note: Callable[[str, Level], None], poll: float = 1.0,
-                 beat_timeout: int = sampler.BEAT_TIMEOUT_S) -> None:
+                 beat_timeout: int = sampler.BEAT_TIMEOUT_S,
+                 segment_lines: int = sampler.SEGMENT_LINES) -> None:
         super().__init__(name=f"telemetry-{node}", daemon=True)
         self.node = node
         self.transport = transport
         self.node_dir = node_dir
         self.run_id, self.pgid, self.path = run_id, pgid, path
         self.publish, self.note = publish, note
-        self.poll, self.beat_timeout = poll, beat_timeout
+        self.poll, self.beat_timeout, self.segment_lines = poll, beat_timeout, segment_lines
         self.halt = threading.Event()
         self.parser = SamplerParser(node)
         self._segment = 0
@@ -76,7 +77,8 @@ class NodeSampler(threading.Thread):
         t.put_bytes(sampler.script(FILES).encode(), self._in_dir(FILES.script))
         self._beat(t)
         res = t.run(sampler.start_cmd(self.node_dir, FILES, self.pgid, self.run_id,
-                                      path=self.path, beat_timeout=self.beat_timeout), timeout=30)
+                                      path=self.path, beat_timeout=self.beat_timeout,
+                                      segment_lines=self.segment_lines), timeout=30)
         if "started" not in res.stdout:
             raise TransportError(self.node, f"node {self.node}: the telemetry sampler did not "
                                             f"start: {res.stderr.strip() or res.stdout.strip()}")

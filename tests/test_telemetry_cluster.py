@@ -1,0 +1,95 @@
+"""Telemetry end to end over real SSH: two hosts in network namespaces, a stand-in
+nvidia-smi on each node's PATH (through the hosts file's env), the controller in an engine
+process as the dashboard runs it. Samples reach the dashboard's replica and telemetry.jsonl,
+and after stop no sampler is left on any node."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster import Cluster
+from jobs import write_job
+
+from ddptui.config import load_config
+from ddptui.engine.client import EngineClient
+from ddptui.engine.process import EngineProcess, new_run
+from ddptui.store import rundir
+from ddptui.store.telemetry import read_telemetry
+
+pytestmark = [pytest.mark.cluster, pytest.mark.torchrun, pytest.mark.timeout(240)]
+STANDIN = Path(__file__).parent / "data" / "telemetry"
+_ports = itertools.count(29680)
+
+
+def pump_until(client: EngineClient, cond: Any, within: float, what: str) -> None:
+    end = time.monotonic() + within
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {within} s waiting for {what}")
+        client.pump(budget=0.05)
+        time.sleep(0.05)
+
+
+def samplers_on(c: Cluster) -> dict[str, list[str]]:
+    """Every process on each host whose command line runs the sampler or nvidia-smi."""
+    found: dict[str, list[str]] = {}
+    for h in c.hosts:
+        for pid in c.pids(h):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if rundir.SAMPLER_SCRIPT in cmd or "nvidia-smi" in cmd:
+                found.setdefault(h.name, []).append(cmd)
+    return found
+
+
+def test_samples_reach_the_dashboard_and_disk_and_stop_leaves_no_sampler(
+        cluster2: Cluster, tmp_path: Path) -> None:
+    c = cluster2
+    path = f"{STANDIN}:{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    hosts = {
+        "defaults": {"python": sys.executable, "nproc_per_node": 1,
+                     "env": {"JOB_LINES": "600", "JOB_DELAY": "0.1", "PATH": path}},
+        "nodes": [{"host": h.name, "workdir": str(tmp_path / f"work-{h.name}")} for h in c.hosts],
+        "rendezvous": {"backend": "c10d", "port": next(_ports)},
+        "job": {"script": "job.py", "stop_grace": 5},
+        "ssh": {"config_file": str(c.ssh_config), "known_hosts": str(c.known_hosts),
+                "connect_timeout": 5},
+    }
+    config = load_config(write_job(tmp_path, hosts))
+    engine = EngineProcess()
+    try:
+        client = engine.open(new_run, config, tmp_path / "state")
+        client.launch()
+        names = [h.name for h in c.hosts]
+
+        def enough() -> bool:
+            samples = client.store.node_samples()
+            return all(len([s for s in samples.get(n, []) if s.gpus and s.cpu is not None]) >= 3
+                       for n in names)
+
+        pump_until(client, enough, 90, "three samples with GPUs from every node")
+        assert samplers_on(c).keys() == set(names)
+        latest = {n: client.store.node_samples()[n][-1] for n in names}
+        for s in latest.values():
+            assert s.gpus[0].name == "NVIDIA H100 80GB HBM3" and s.gpus[0].mem_total == 81559
+            assert s.mem_total and s.load1 is not None and "lo" in s.net
+        client.stop()
+        pump_until(client, lambda: client.done, 60, "the run to end")
+        assert samplers_on(c) == {}
+        run_dir = rundir.run_dir(tmp_path / "state", client.run_id)
+        on_disk = list(read_telemetry(run_dir))
+        assert {s.node for s in on_disk} == set(names)
+        assert len(on_disk) >= 6 and all(s.gpus or s.cpu is None for s in on_disk[2:])
+    finally:
+        engine.close()
+    for h in c.hosts:  # nothing of the run is left either: only sshd
+        listeners = {p.pid for p in h.sshd_procs}
+        assert set(c.pids(h)) - listeners == set(), h.name

@@ -90,6 +90,8 @@ def _net(r: RankFacts, body: str, text: str, time: float | None) -> bool:
             r.net_plugin = body.split("Loaded net plugin ", 1)[1].strip()
     elif word in ("NET/IB", "NET/Socket"):
         return False
+    elif word[4:5].isdigit():  # GRAPH's topology path `NET/0-0 :GPU/0-60 (3/1.2/PHB) ...`
+        return True
     else:  # a named plugin speaking for itself, e.g. `NET/OFI Using aws-ofi-nccl 1.7.4`
         r.net_plugin = r.net_plugin or word[4:]
         r.note(body.strip())

@@ -1,15 +1,15 @@
 """``ddptui``: the dashboard by default, and plain commands for scripts and CI.
 
 Exit codes: the run's own (0 only when every node exited 0), 2 for bad input of any kind
-(hosts file, unreachable node, unknown host key, missing interpreter: nothing was started),
-130 for a run stopped by Ctrl-C.
+(hosts file, unreachable node, unknown host key, missing interpreter, a failed preflight:
+nothing was started), 130 for a run stopped by Ctrl-C. `ddptui check` exits 0 when every
+check passed, 1 when any failed (the cluster is not ready), 2 for a bad hosts file.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,8 +18,13 @@ from ddptui import __version__
 if TYPE_CHECKING:
     from ddptui.config import HostsConfig
 
-COMMANDS = ("run", "check", "attach", "stop", "logs", "dashboard", "schema", "nccl")
+COMMANDS = ("run", "check", "attach", "stop", "logs", "dashboard", "schema", "nccl",
+            "stacks")
 USAGE_EXIT = 2
+
+
+_NO_PREFLIGHT = ("launch without the automatic preflight (rendezvous port free and reachable, "
+                 "interfaces, versions, GPUs, workdir; see `ddptui check`)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("dashboard", help="open the dashboard for a hosts file (the default)")
     d.add_argument("hosts", type=Path, help="the hosts file (YAML)")
+    d.add_argument("--no-preflight", action="store_true", help=_NO_PREFLIGHT)
 
     r = sub.add_parser("run", help="launch a run; --headless prints every line instead of the "
                                    "dashboard")
@@ -45,10 +51,13 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--run-id", default=None, help="name the run (default: time + random)")
     r.add_argument("--no-metrics", action="store_true",
                    help="headless: do not echo parsed @ddptui metric records")
+    r.add_argument("--no-preflight", action="store_true", help=_NO_PREFLIGHT)
 
-    c = sub.add_parser("check", help="validate the hosts file and probe every node; start "
-                                     "nothing")
+    c = sub.add_parser("check", help="validate the hosts file and check every node and the "
+                                     "way to the rendezvous (a table, one line per problem); "
+                                     "start nothing; exit 1 when a check fails")
     c.add_argument("hosts", type=Path)
+    c.add_argument("--json", action="store_true", help="the checks as JSON, for scripts")
 
     a = sub.add_parser("attach", help="follow a run again (after a dropped connection or a "
                                       "closed laptop)")
@@ -65,6 +74,12 @@ def _parser() -> argparse.ArgumentParser:
     lg.add_argument("run_id", nargs="?")
     lg.add_argument("--rank", type=int, default=None, help="only this global rank")
     lg.add_argument("--node", default=None, help="only this node")
+    lg.add_argument("--telemetry", action="store_true",
+                    help="print the run's telemetry samples (GPUs, CPU, memory, network) "
+                         "instead of its lines")
+    lg.add_argument("--check", action="store_true",
+                    help="ask the nodes of runs whose controller is gone what is left of "
+                         "them, and record it")
 
     sub.add_parser("schema", help="print the hosts file's JSON Schema (for editors and CI)")
 
@@ -74,6 +89,11 @@ def _parser() -> argparse.ArgumentParser:
     nc.add_argument("--rank", type=int, default=None,
                     help="every fact of this global rank's NCCL")
     nc.add_argument("--json", action="store_true", help="the facts and warnings as JSON")
+
+    st = sub.add_parser("stacks", help="the Python stack of every rank of a running run, now "
+                                       "(py-spy dump on each node)")
+    st.add_argument("run_id")
+    st.add_argument("--rank", type=int, default=None, help="only this global rank")
     return p
 
 
@@ -112,20 +132,34 @@ def _dispatch(args: argparse.Namespace) -> int:
         from ddptui.faces.nccl import show_nccl
 
         return show_nccl(args.state_dir, args.run_id, rank=args.rank, as_json=args.json)
+    if args.command == "stacks":
+        from ddptui.faces.stacks import show_stacks
+
+        return show_stacks(args.state_dir, args.run_id, rank=args.rank)
     from ddptui.launch.controller import Controller
     from ddptui.launch.outcome import LaunchError
 
+    if args.command == "logs" and args.telemetry:
+        if args.run_id is None:
+            print("ddptui: logs --telemetry needs a run id; `ddptui logs` lists the runs",
+                  file=sys.stderr)
+            return USAGE_EXIT
+        from ddptui.faces.logs import show_telemetry
+
+        return show_telemetry(args.state_dir, args.run_id, node=args.node)
     if args.command == "logs":
         from ddptui.faces.logs import show_logs
 
-        return show_logs(args.state_dir, args.run_id, rank=args.rank, node=args.node)
+        return show_logs(args.state_dir, args.run_id, rank=args.rank, node=args.node,
+                         check=args.check)
     if args.command in ("dashboard", "run") and not getattr(args, "headless", False):
         cfg = _load(args.hosts)
         if cfg is None:
             return USAGE_EXIT
         from ddptui.tui.app import run_dashboard
 
-        return run_dashboard(cfg, state_root=args.state_dir)
+        return run_dashboard(cfg, state_root=args.state_dir,
+                             preflight=not args.no_preflight)
     if args.command == "attach" and not args.headless:
         from ddptui.tui.app import run_dashboard
 
@@ -162,6 +196,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if cfg is None:
         return USAGE_EXIT
     ctl = Controller(cfg, state_root=args.state_dir, run_id=args.run_id)
+    ctl.preflight = not args.no_preflight
     ctl.add_listener(Printer(metrics=not args.no_metrics))
     print(f"ddptui: run {ctl.run_id}: {len(ctl.config.nodes)} node(s), logs in "
           f"{ctl.local_dir}", flush=True)
@@ -179,23 +214,21 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from ddptui.launch.outcome import LaunchError
-    from ddptui.launch.reach import probe_nodes
+    from ddptui.faces.check import print_check
+    from ddptui.launch.preflight import check
 
     cfg = _load(args.hosts)
     if cfg is None:
         return USAGE_EXIT
-    t0 = time.monotonic()
-    try:
-        lines = probe_nodes(cfg)
-    except LaunchError as e:
-        print("ddptui: check failed:\n" + "\n".join(f"  {p}" for p in e.problems),
-              file=sys.stderr)
-        return USAGE_EXIT
-    for line in lines:
-        print(line)
-    print(f"ddptui: {len(lines)} node(s) ready ({time.monotonic() - t0:.1f} s)")
-    return 0
+    outcome = check(cfg)
+    code = print_check(outcome, [n.name for n in cfg.ordered_nodes], sys.stdout,
+                       json_out=args.json)
+    from ddptui.config.secrets import config_secret_names
+
+    if not args.json and (secret := config_secret_names(cfg)):
+        print("ddptui: secret env, kept out of run.json, the logs and every command line: "
+              + ", ".join(f"{name}=***" for name in secret))
+    return code
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from cluster import Cluster
-from jobs import write_job
+from jobs import ddptui, write_job
 
 from ddptui.config import load_config
 from ddptui.engine.client import EngineClient
@@ -88,6 +88,12 @@ def test_samples_reach_the_dashboard_and_disk_and_stop_leaves_no_sampler(
         on_disk = list(read_telemetry(run_dir))
         assert {s.node for s in on_disk} == set(names)
         assert len(on_disk) >= 6 and all(s.gpus or s.cpu is None for s in on_disk[2:])
+        printed = ddptui("logs", client.run_id, "--telemetry", "--node", names[1],
+                         state=tmp_path / "state")
+        lines = printed.stdout.splitlines()
+        assert printed.returncode == 0 and len(lines) == len([s for s in on_disk
+                                                              if s.node == names[1]])
+        assert f" {names[1]} | cpu " in lines[-1] and "| gpu0 " in lines[-1]
     finally:
         engine.close()
     for h in c.hosts:  # nothing of the run is left either: only sshd

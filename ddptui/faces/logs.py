@@ -9,20 +9,37 @@ from typing import TextIO
 
 from ddptui.events import LogLine, Metric, NodeLogParser
 from ddptui.store import rundir
-from ddptui.store.runs import list_runs, read_run, state_root
+from ddptui.store.runs import RunSummary, read_run, state_root
 
 
 def _age(t: float | None) -> str:
     return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
+def check_stale(base: Path, runs: list[RunSummary], out: TextIO) -> None:
+    """Ask the nodes of every stale run what is left of it (``--check``), all at once."""
+    from ddptui.launch.reach import map_at_once
+    from ddptui.launch.reconcile import check_run
+
+    stale = [r for r in runs if r.stale]
+    for r, got in zip(stale, map_at_once(stale, lambda r: check_run(base, r.run_id)),
+                      strict=True):
+        text = got.text() if not isinstance(got, BaseException) else (
+            f"run {r.run_id}: could not be checked: {got}")
+        out.write(f"ddptui: {text}\n")
+
+
 def show_logs(root: Path | None, run_id: str | None, *, rank: int | None = None,
-              node: str | None = None, out: TextIO = sys.stdout) -> int:
+              node: str | None = None, check: bool = False, out: TextIO = sys.stdout) -> int:
     from ddptui.faces.headless import format_line
+    from ddptui.launch.reconcile import list_settled
 
     base = state_root(root)
     if run_id is None:
-        runs = list_runs(base)
+        runs = list_settled(base)
+        if check and any(r.stale for r in runs):
+            check_stale(base, runs, out)
+            runs = list_settled(base)
         if not runs:
             out.write(f"no runs under {rundir.runs_dir(base)}\n")
             return 0
@@ -31,8 +48,12 @@ def show_logs(root: Path | None, run_id: str | None, *, rank: int | None = None,
         for r in runs:
             code = "" if r.exit_code is None else str(r.exit_code)
             world = "" if r.world_size is None else str(r.world_size)
-            out.write(f"{r.run_id:<24} {_age(r.started_at):<19} {r.status:<9} {code:>4} "
-                      f"{world:>5}  {','.join(r.nodes)}\n")
+            out.write(f"{r.run_id:<24} {_age(r.started_at):<19} {r.shown_status:<9} "
+                      f"{code:>4} {world:>5}  {','.join(r.nodes)}\n")
+        if any(r.stale for r in runs):
+            out.write("?: the run's controller is gone and its end was not recorded; "
+                      "`ddptui logs --check` asks its nodes, `ddptui attach RUN_ID` follows "
+                      "it again\n")
         return 0
     d = rundir.run_dir(base, run_id)
     try:
@@ -69,4 +90,25 @@ def show_logs(root: Path | None, run_id: str | None, *, rank: int | None = None,
                     line = ev.as_line() if isinstance(ev, Metric) else ev
                     if isinstance(line, LogLine):
                         out.write(format_line(line) + "\n")
+    return 0
+
+
+def show_telemetry(root: Path | None, run_id: str, *, node: str | None = None,
+                   out: TextIO = sys.stdout) -> int:
+    """``ddptui logs RUN_ID --telemetry``: every sample of the run's ``telemetry.jsonl``."""
+    from ddptui.store.telemetry import read_telemetry
+    from ddptui.telemetry.text import sample_line
+
+    base = state_root(root)
+    d = rundir.run_dir(base, run_id)
+    if not (d / rundir.RUN_JSON).exists():
+        sys.stderr.write(f"ddptui: no run {run_id!r} under {rundir.runs_dir(base)}; `ddptui logs` "
+                         "lists them\n")
+        return 2
+    if not (d / rundir.TELEMETRY).exists():
+        sys.stderr.write(f"ddptui: run {run_id} recorded no telemetry (no {rundir.TELEMETRY} in "
+                         f"{d})\n")
+        return 2
+    for sample in read_telemetry(d, node):
+        out.write(sample_line(sample) + "\n")
     return 0

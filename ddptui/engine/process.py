@@ -63,10 +63,12 @@ class Runnable(Protocol):
 
 # Targets: what an engine runs (module-level so that they pickle by name).
 
-def new_run(config: HostsConfig, state_root: Path | None) -> Runnable:
+def new_run(config: HostsConfig, state_root: Path | None, preflight: bool = True) -> Runnable:
     from ddptui.launch.controller import Controller
 
-    return Controller(config, state_root=state_root)
+    ctl = Controller(config, state_root=state_root)
+    ctl.preflight = preflight
+    return ctl
 
 
 def attach_run(run_id: str, state_root: Path | None) -> Runnable:

@@ -64,22 +64,3 @@ def probe_node(node: NodeConfig, config: HostsConfig) -> tuple[Transport, nodeop
     except BaseException:
         transport.close()
         raise
-
-
-def probe_nodes(config: HostsConfig) -> list[str]:
-    """`ddptui check`: every node reached and probed at once; one line each; start nothing."""
-    nodes = list(config.nodes)
-    results = map_at_once(nodes, lambda n: probe_node(n, config))
-    problems = [str(r) for r in results if isinstance(r, Exception)]
-    if problems:
-        for r in results:
-            if not isinstance(r, Exception):
-                r[0].close()
-        raise LaunchError(problems)
-    lines = []
-    for node, (transport, probe, home) in zip(nodes, results, strict=True):
-        transport.close()
-        lines.append(f"node {node.name} ({node.host}, hostname {probe.hostname}): "
-                     f"python {probe.version} at {probe.python}, torch {probe.torch}, "
-                     f"cuda {'yes' if probe.cuda else 'no'}, home {home}")
-    return lines

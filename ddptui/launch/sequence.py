@@ -13,8 +13,10 @@ import time
 from typing import TYPE_CHECKING
 
 from ddptui.config.secrets import redact_config_dict
+from ddptui.diagnose.preflight import Mark
 from ddptui.events import NodeStatus, RunStatus
-from ddptui.launch import project, staging, withheld
+from ddptui.launch import nodeops, project, staging, withheld
+from ddptui.launch import preflight as checks
 from ddptui.launch.outcome import LaunchError
 from ddptui.launch.plan import NodeLaunch, Plan, expand_home, make_plan
 from ddptui.launch.reach import map_at_once, probe_node
@@ -35,7 +37,8 @@ def launch(ctl: Controller) -> None:
         ctl.abort(e.problems, cleanup=False)
     ctl.set_status(RunStatus.LAUNCHING, started_at=time.time())
     walked = project.prepare(ctl)  # a project that cannot ship is refused before any node
-    homes = reach(ctl)
+    homes, probes = reach(ctl)
+    preflight(ctl, probes)
     plan = make_node_plans(ctl, homes, walked)
     project.check_in_place(ctl, plan)
     project.sync_all(ctl, plan, walked)
@@ -46,22 +49,23 @@ def launch(ctl: Controller) -> None:
     ctl.start_following({})
 
 
-def reach(ctl: Controller) -> dict[str, str]:
-    """Connect to and probe every node; node name -> its home directory."""
+def reach(ctl: Controller) -> tuple[dict[str, str], dict[str, nodeops.Probe]]:
+    """Connect to and probe every node; node name -> its home directory, and its probe."""
     nodes = list(ctl.config.nodes)
     for n in nodes:
         ctl.node_state(n.name, NodeStatus.CONNECTING)
 
-    def connect_and_probe(node: NodeConfig) -> str:
-        transport, _probe, home = probe_node(node, ctl.config)
+    def connect_and_probe(node: NodeConfig) -> tuple[str, nodeops.Probe]:
+        transport, probe, home = probe_node(node, ctl.config)
         ctl.transports[node.name] = transport
-        return home
+        return home, probe
 
     problems: list[str] = []
     homes: dict[str, str] = {}
+    probes: dict[str, nodeops.Probe] = {}
     for node, res in zip(nodes, map_at_once(nodes, connect_and_probe), strict=True):
-        if isinstance(res, str):
-            homes[node.name] = res
+        if isinstance(res, tuple):
+            homes[node.name], probes[node.name] = res
             continue
         msg = str(res) if isinstance(res, TransportError | LaunchError) else (
             f"node {node.name} ({node.host}): {type(res).__name__}: {res}")
@@ -69,7 +73,26 @@ def reach(ctl: Controller) -> dict[str, str]:
         ctl.node_state(node.name, NodeStatus.FAILED, msg.split("\n")[0])
     if problems:
         ctl.abort(problems, cleanup=False)
-    return homes
+    return homes, probes
+
+
+def preflight(ctl: Controller, probes: dict[str, nodeops.Probe]) -> None:
+    """The fast preflight over the open connections (``launch/preflight.py``): a run that
+    would fail or hang at its rendezvous is not started. ``--no-preflight`` skips it."""
+    if not ctl.preflight:
+        return
+    outcome = checks.before_launch(ctl.config, ctl.transports, probes)
+    verdict = outcome.verdict
+    ctl.write_meta(preflight={"seconds": round(outcome.seconds, 3), "ok": verdict.ok,
+                              "problems": verdict.problems})
+    if verdict.ok:
+        return
+    for r in verdict.results:
+        if r.mark == Mark.FAIL and r.problem:
+            ctl.node_state(r.node, NodeStatus.FAILED, f"preflight: {r.check}")
+    ctl.abort([*verdict.problems, "preflight found the problems above, so nothing was "
+               "started; `ddptui check HOSTS` shows every check, `--no-preflight` launches "
+               "anyway"], cleanup=False)
 
 
 def make_node_plans(ctl: Controller, homes: dict[str, str],

@@ -31,6 +31,7 @@ from ddptui.tui.dashboard import DashboardScreen
 from ddptui.tui.handle import Attacher, RunFactory, RunLister
 from ddptui.tui.lifecycle import Lifecycle
 from ddptui.tui.screens.help import HelpScreen
+from ddptui.tui.screens.nccl import NcclScreen
 from ddptui.tui.views import ViewKind, ViewSpec
 from ddptui.tui.widgets.log_view import LogView
 
@@ -40,9 +41,10 @@ Runtime = tuple[float, tuple[int, int, int]]
 
 
 def _list_runs(state_root: Path | None) -> list[RunSummary]:
-    from ddptui.store.runs import list_runs
+    from ddptui.launch.reconcile import list_settled
+    from ddptui.store.runs import state_root as resolve
 
-    return list_runs(state_root)
+    return list_settled(resolve(state_root))
 
 
 def _tune_runtime() -> Runtime:
@@ -84,6 +86,7 @@ class DashboardApp(Lifecycle):
         drain_hz: How often the screen reads the store.
         straggler_fraction: Overrides the hosts file's ``health.straggler_fraction``.
         stall_after: Overrides the hosts file's ``health.stall_after``.
+        preflight: Run the fast preflight before each launch (``--no-preflight``: False).
     """
 
     CSS_PATH = Path(__file__).with_name("app.tcss")  # absolute: subclasses live elsewhere
@@ -101,6 +104,7 @@ class DashboardApp(Lifecycle):
         Binding("slash", "screen.filter", "Filter"),
         Binding("v", "screen.next_view", "View"),
         Binding("m", "screen.toggle_metrics", "Charts"),
+        Binding("i", "nccl", "NCCL: what it chose on each node, and warnings", show=False),
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit_dashboard", "Quit"),
         Binding("n", "screen.next_match", "Next match", show=False),
@@ -132,6 +136,7 @@ class DashboardApp(Lifecycle):
         drain_hz: float = DRAIN_HZ,
         straggler_fraction: float | None = None,
         stall_after: float | None = None,
+        preflight: bool = True,
     ) -> None:
         super().__init__(config, state_root=state_root,
                          run_factory=controller_factory or self._new_engine_run,
@@ -142,6 +147,7 @@ class DashboardApp(Lifecycle):
         self.spare = Spare() if controller_factory is None or attacher is None else None
         self._warm_at_mount = controller_factory is None and config is not None
         self.attach_to = attach
+        self.preflight = preflight
         self.clock = clock
         self.drain_hz = drain_hz
         self._health_overrides = {k: v for k, v in (("straggler_fraction", straggler_fraction),
@@ -183,7 +189,7 @@ class DashboardApp(Lifecycle):
 
     def _new_engine_run(self, config: HostsConfig, state_root: Path | None) -> EngineClient:
         assert self.spare is not None
-        return self.spare.open(new_run, config, state_root)
+        return self.spare.open(new_run, config, state_root, self.preflight)
 
     def _attach_engine_run(self, run_id: str, state_root: Path | None) -> EngineClient:
         assert self.spare is not None
@@ -211,6 +217,9 @@ class DashboardApp(Lifecycle):
                          Binding("ctrl+p", "", "Command palette: every action by name")]),
         ]
 
+    def action_nccl(self) -> None:
+        self.push_screen(NcclScreen())
+
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.help_sections()))
 
@@ -234,9 +243,10 @@ class DashboardApp(Lifecycle):
 
 
 def run_dashboard(
-    config: HostsConfig | None, *, attach: str | None = None, state_root: Path | None = None
+    config: HostsConfig | None, *, attach: str | None = None, state_root: Path | None = None,
+    preflight: bool = True,
 ) -> int:
     """The CLI's entry: run the dashboard until quit; the exit code is the run's, else 0."""
-    app = DashboardApp(config, attach=attach, state_root=state_root)
+    app = DashboardApp(config, attach=attach, state_root=state_root, preflight=preflight)
     code = app.run()
     return code if isinstance(code, int) else 0

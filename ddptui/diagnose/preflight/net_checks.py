@@ -1,0 +1,123 @@
+"""The checks of a node's way to the others: its hostname, its route and socket interfaces,
+the rendezvous port on the endpoint node, and every node's connect to it."""
+
+from __future__ import annotations
+
+from ddptui.config import NodeConfig
+from ddptui.diagnose.preflight.ifname import GLOO_VAR, NCCL_VAR, ifname_problems
+from ddptui.diagnose.preflight.report import NodeReport
+from ddptui.diagnose.preflight.verdict import Context, Outcome, fail, ok, skip
+
+_LOOPBACK = ("127.", "::1")
+
+
+def check_hostname(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
+    if r.fqdn is None:
+        return skip("not checked")
+    name = r.fqdn
+    if not c.multi_node:
+        return ok(name)
+    if r.host_addrs is None:
+        return fail("unresolved", f"node {n.name}: its hostname {name!r} does not resolve "
+                     f"there ({r.host_error}): torchrun's c10d rendezvous advertises each "
+                     "node by this name, and gloo binds to what it resolves to. Add it to "
+                     "/etc/hosts there, or set `addr:` for this node.")
+    loop = [a for a in r.host_addrs if a.startswith(_LOOPBACK)]
+    env = _effective_env(n, r)
+    if loop and not (n.addr and env.get(GLOO_VAR)):
+        return fail(f"→ {loop[0]}", f"node {n.name}: its hostname {name!r} resolves to "
+                     f"{loop[0]} (loopback) there. torchrun's c10d rendezvous advertises "
+                     "the node by this name and gloo binds to what it resolves to, so the "
+                     "other nodes would connect to themselves and time out. Map the name to "
+                     "the node's network address in /etc/hosts, or set `addr:` for this node "
+                     f"and {GLOO_VAR} in its `env:`.")
+    return ok(f"{name} → {', '.join(r.host_addrs)}")
+
+
+def _effective_env(n: NodeConfig, r: NodeReport) -> dict[str, str | None]:
+    """What the job will see: the hosts file's env over the node's login environment."""
+    return {k: n.env.get(k, r.login_env.get(k)) for k in (NCCL_VAR, GLOO_VAR)}
+
+
+def check_network(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
+    if not r.interfaces and r.route_dest is None and r.route_error is None:
+        return skip("not checked")
+    ep = c.endpoint
+    if r.route_error is not None:
+        return fail("no route", f"node {n.name} cannot reach the rendezvous endpoint "
+                     f"{ep.host} ({r.route_error}). Check the endpoint (`rendezvous.endpoint` "
+                     "or node rank 0's `addr:`) resolves and routes from every node.")
+    problems = ifname_problems(_effective_env(n, r), r.interfaces, multi_node=c.multi_node)
+    route = f"{r.route_dev or '?'} → {r.route_dest}" if r.route_dest else "?"
+    if problems:
+        hint = f"; {r.route_dev} routes to the rendezvous" if r.route_dev else ""
+        return fail("bad ifname", f"node {n.name}: {'; '.join(problems)}. Name an "
+                     f"interface it has in `env:` for this node{hint}.")
+    return ok(route)
+
+
+def _holders(r: NodeReport) -> str:
+    if r.listen is None or not r.listen.holders:
+        return ""
+    h = r.listen.holders[0]
+    tail = f", ddptui run {h.run.split('/')[0]}" if h.run else ""
+    return f" by pid {h.pid} ({h.command or '?'}{tail})"
+
+
+def check_port(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
+    ep = c.endpoint
+    if ep.node != n.name:
+        return skip("")
+    li = r.listen
+    if li is None:
+        return skip("not checked")
+    if li.in_use:
+        held = r.listen.holders[0] if r.listen and r.listen.holders else None
+        todo = (f"`ddptui stop {held.run.split('/')[0]}`" if held and held.run else
+                "stop it (a leftover torchrun?)")
+        return fail("in use", f"node {n.name}: the rendezvous port {ep.port} is already "
+                     f"in use there{_holders(r)}, so torchrun cannot start its store: "
+                     f"{todo}, or set `rendezvous.port` to a free port.")
+    if not li.bound:
+        return fail("cannot bind", f"node {n.name}: cannot bind the rendezvous port "
+                     f"{ep.port} ({li.error}). Set `rendezvous.port` to a port above 1024.")
+    return ok(f"{ep.port} free")
+
+
+def check_reach(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
+    ep = c.endpoint
+    conn = r.connect
+    if conn is None:
+        return skip("not checked")
+    target = f"{ep.host}:{ep.port}"
+    host_rep = c.reports.get(ep.node) if ep.node else None
+    if ep.node is not None and (host_rep is None or host_rep.listen is None):
+        return skip(f"not tested: node {ep.node} did not listen")
+    if host_rep is not None and host_rep.listen is not None and not host_rep.listen.bound:
+        return skip("port taken")
+    by = f"node {ep.node}" if ep.node else ep.host
+    if conn.result == "ok":
+        return ok(f"{conn.ms} ms" if conn.ms is not None else "ok")
+    if conn.result == "timeout":
+        return fail("dropped", f"node {n.name} cannot reach the rendezvous at {target}: "
+                     f"connection attempts time out, so packets are dropped (a firewall on "
+                     f"{by} or on the way). Allow TCP {ep.port} into {by} from the other "
+                     "nodes (with c10d torchrun opens one more random port, and NCCL others:"
+                     " allow TCP between the nodes).")
+    if conn.result == "refused":
+        if ep.node is None:
+            return fail("refused", f"node {n.name}: nothing accepts at the rendezvous "
+                         f"{target}. Start the store there, or leave `rendezvous.endpoint` "
+                         "unset so node rank 0 hosts it.")
+        return fail("refused", f"node {n.name}: connections to the rendezvous at {target} "
+                     f"are refused while ddptui listened there: a firewall on {by} rejects "
+                     f"them. Allow TCP {ep.port} into {by} from the other nodes.")
+    if conn.result == "unresolved":
+        return fail("unresolved", f"node {n.name}: the rendezvous endpoint {ep.host!r} does "
+                     "not resolve there. Use an address, or a name every node resolves.")
+    if conn.result == "foreign":
+        return fail("wrong host", f"node {n.name}: something other than {by} answers at "
+                     f"{target}: the address leads elsewhere from there. Use the node's "
+                     "address as the endpoint.")
+    return fail("error", f"node {n.name}: connecting to the rendezvous at {target} fails: "
+                 f"{conn.error} (a firewall REJECT with an ICMP error, or a routing problem).")

@@ -1,0 +1,168 @@
+"""The checks of a node by itself: reached, interpreter, torch (and that it agrees with the
+other nodes'), GPUs against ``nproc_per_node`` and who holds them, workdir, clock."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+
+from ddptui.config import HostsConfig, NodeConfig
+from ddptui.diagnose.preflight.report import NodeReport, TorchInfo
+from ddptui.diagnose.preflight.verdict import Context, Outcome, fail, gib, mib, ok, skip
+
+#: Below this, a run's logs and snapshots may fill the disk midway.
+MIN_FREE_BYTES = 1 << 30
+#: A GPU holding more than this with no process listed is used from elsewhere (a container).
+HELD_MIB = 1024.0
+#: Beyond this, the nodes' log times (torch's, NCCL's) no longer line up.
+CLOCK_LIMIT_S = 2.0
+
+
+def check_ssh(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
+    if r.unreachable is not None:
+        return fail("unreachable", f"node {n.name} ({n.host}): {r.unreachable}")
+    return ok("connected")
+
+
+def check_python(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
+    if r.python_missing:
+        return fail("missing", f"node {n.name}: the interpreter {n.python!r} does not exist "
+                     f"there ({r.not_run}). Set `python:` for this node (or in "
+                     "`defaults:`) to the interpreter that has torch.")
+    if r.python is None:
+        return fail("did not run", f"node {n.name}: {n.python} could not run the check: "
+                     f"{r.not_run}. Make `python:` a working Python 3 interpreter.")
+    return ok(f"{r.python_version}")
+
+
+def torch_reference(config: HostsConfig, reports: Mapping[str, NodeReport],
+                     ) -> tuple[str, TorchInfo] | None:
+    """The versions most nodes have; on a tie, those of the earliest node rank."""
+    have = [(n.name, t) for n in config.ordered_nodes
+            if (t := reports[n.name].torch) is not None and t.error is None and t.version]
+    if not have:
+        return None
+    counts = Counter(t.key for _, t in have)
+    best = max(counts.values())
+    return next((name, t) for name, t in have if counts[t.key] == best)
+
+
+def check_torch(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
+    t = r.torch
+    if t is None:
+        return skip("not checked")
+    if t.error is not None:
+        return fail("no torch", f"node {n.name}: {r.python or n.python} cannot import torch "
+                     f"({t.error}). Install torch there, or point `python:` at an "
+                     "environment that has it.")
+    ref = c.torch_ref
+    if ref is not None and ref[1].key != t.key:
+        parts = [f"{w} {mine or 'none'}" for w, mine, theirs in
+                 zip(("torch", "CUDA", "NCCL"), t.key, ref[1].key, strict=True)
+                 if mine != theirs]
+        other = ", ".join(f"{w} {theirs or 'none'}" for w, mine, theirs in
+                          zip(("torch", "CUDA", "NCCL"), t.key, ref[1].key, strict=True)
+                          if mine != theirs)
+        return fail(t.version or "?", f"node {n.name} has {', '.join(parts)} but node "
+                     f"{ref[0]} has {other}: ranks of different builds fail or hang at the "
+                     f"first collective. Install the same torch on every node, or point "
+                     f"node {n.name}'s `python:` at an environment that has it.")
+    return ok(t.describe().removeprefix("torch "))
+
+
+def check_gpus(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
+    if not r.gpu_checked:
+        return skip("not checked")
+    g = r.gpu
+    if g is None:
+        if n.nproc_per_node == "gpu":
+            return fail("no GPU", f"node {n.name} has no nvidia-smi, so no NVIDIA GPU, but "
+                         "nproc_per_node is `gpu`: torchrun stops there. Set a number, or "
+                         "`auto`.")
+        return skip("no nvidia-smi")
+    if g.error is not None:
+        first = g.error.splitlines()[0] if g.error else "no output"
+        return fail("nvidia-smi fails", f"node {n.name}: nvidia-smi fails ({first}): the "
+                     "driver is not loaded or a GPU is unhealthy. Fix the node, or leave it "
+                     "out of the hosts file.")
+    count = len(g.gpus)
+    names = Counter(x.name for x in g.gpus)
+    have = ", ".join(f"{k}× {name}" for name, k in names.items()) or "no GPU"
+    want = n.nproc_per_node
+    if count == 0 and want == "gpu":
+        return fail("no GPU", f"node {n.name} lists no GPU but nproc_per_node is `gpu`: "
+                     "torchrun stops there. Set a number, or `auto`.")
+    if isinstance(want, int) and 0 < count < want:
+        return fail(f"{count} < {want}", f"node {n.name} has {count} GPU(s) ({have}) but "
+                     f"nproc_per_node is {want}: ranks would share a GPU, which NCCL refuses "
+                     f"('Duplicate GPU detected'). Set nproc_per_node to {count}, or `gpu`.")
+    t = r.torch
+    if count and t is not None and t.error is None and t.version:
+        if t.cuda is None:
+            return fail("CPU torch", f"node {n.name} has {have} but its torch {t.version} "
+                         "is a CPU build: the ranks would not use them. Install a CUDA build "
+                         "of torch there.")
+        if t.cuda_available is False:
+            return fail("CUDA unusable", f"node {n.name} has {have} but torch cannot use "
+                         f"them (torch.cuda.is_available() is False): the driver is older "
+                         f"than CUDA {t.cuda} needs, or CUDA_VISIBLE_DEVICES hides them.")
+    return ok(have)
+
+
+def check_gpu_use(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
+    g = r.gpu
+    if g is None or g.error is not None or not g.gpus:
+        return skip("not applicable" if r.gpu_checked else "not checked")
+    index = {x.uuid: x.index for x in g.gpus}
+    held = []
+    runs = set()
+    for p in g.processes:
+        cmd = p.command or p.name
+        held.append(f"GPU {index.get(p.gpu_uuid, '?')} by pid {p.pid} ({cmd}, "
+                    f"{mib(p.used_mib)})")
+        if p.run:
+            runs.add(p.run.split("/")[0])
+    listed = {p.gpu_uuid for p in g.processes}
+    for x in g.gpus:
+        if x.uuid not in listed and x.used_mib is not None and x.used_mib > HELD_MIB:
+            held.append(f"GPU {x.index} holds {mib(x.used_mib)} for a process not shown "
+                        "here (another container?)")
+    if not held:
+        return ok("idle")
+    todo = (f"it is left from ddptui run {', '.join(sorted(runs))}: "
+            f"`ddptui stop {sorted(runs)[0]}`" if runs else
+            "stop it if it is an orphan of an earlier run, or choose other GPUs with "
+            "CUDA_VISIBLE_DEVICES in `env:`")
+    return fail("in use", f"node {n.name}: {'; '.join(held)}. A new run there would run "
+                 f"out of memory or share the GPU; {todo}.")
+
+
+def check_workdir(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
+    w = r.workdir
+    if w is None:
+        err = r.errors.get("workdir")
+        if err:
+            return fail("error", f"node {n.name}: could not check workdir {n.workdir}: "
+                         f"{err}.")
+        return skip("not checked")
+    if not w.writable:
+        where = w.path if w.exists else f"{w.path} (to be created)"
+        return fail("not writable", f"node {n.name}: workdir {where} is not writable "
+                     f"({w.error}); every run keeps its files there. Set `workdir:` to a "
+                     "directory the login user can write.")
+    if w.free_bytes is not None and w.free_bytes < MIN_FREE_BYTES:
+        return fail(f"{gib(w.free_bytes)} free", f"node {n.name}: only "
+                     f"{gib(w.free_bytes)} free at {w.path}: logs and snapshots may fill "
+                     "it midway. Free some space or set `workdir:` elsewhere.")
+    return ok(f"{gib(w.free_bytes)} free" if w.free_bytes is not None else "writable")
+
+
+def check_clock(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
+    off = r.clock_offset
+    if off is None:
+        return skip("not checked")
+    if abs(off) > CLOCK_LIMIT_S:
+        return fail(f"{off:+.1f} s", f"node {n.name}'s clock is {off:+.1f} s off this "
+                     "machine's: its log times (torch's, NCCL's) will not line up with the "
+                     "other nodes'. Keep it in sync (chrony, systemd-timesyncd).")
+    return ok(f"{off:+.2f} s")

@@ -1,0 +1,190 @@
+"""`ddptui check` and the automatic preflight on a real cluster: real sshd, a real nft
+firewall, a real listener on the rendezvous port, a second interpreter with another torch.
+
+One cluster for the module; every test undoes its fault before it ends, so each starts from
+the healthy cluster the first test proves passes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cluster import Cluster, in_host
+from jobs import ddptui, marked_pids, run_id_of, write_job
+
+pytestmark = [pytest.mark.cluster]
+_ports = itertools.count(29870)
+
+
+def hosts_file(c: Cluster, tmp: Path, *, node2: dict[str, Any] | None = None,
+               port: int | None = None) -> tuple[Path, int]:
+    port = port or next(_ports)
+    nodes: list[dict[str, Any]] = [{"host": h.name, "workdir": str(tmp / f"work-{h.name}")}
+                                   for h in c.hosts]
+    nodes[1].update(node2 or {})
+    d = {
+        "defaults": {"python": sys.executable, "nproc_per_node": 2},
+        "nodes": nodes,
+        "rendezvous": {"port": port},
+        "job": {"script": "job.py"},
+        "ssh": {"config_file": str(c.ssh_config), "known_hosts": str(c.known_hosts),
+                "connect_timeout": 5},
+    }
+    return write_job(tmp, d), port
+
+
+def check(path: Path, tmp: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return ddptui("check", str(path), *extra, state=tmp / "state", timeout=120)
+
+
+def failures(out: str) -> list[str]:
+    return [ln for ln in out.splitlines() if ln.startswith("✗ ")]
+
+
+def row(out: str, node: str) -> list[str]:
+    line = next(ln for ln in out.splitlines() if ln.startswith(node + " "))
+    return line.split()[1:]
+
+
+@contextlib.contextmanager
+def dropped(c: Cluster, host: str, port: int) -> Iterator[None]:
+    """An nft rule in the host's namespace that silently drops TCP to ``port``."""
+    rules = (f"table inet ddptui_test {{\n chain input {{\n"
+             f"  type filter hook input priority 0; policy accept;\n"
+             f"  tcp dport {port} drop\n }}\n}}\n")
+    c.exec(host, ["nft", "-f", "-"], input=rules.encode(), check=True)
+    try:
+        yield
+    finally:
+        c.exec(host, ["nft", "delete", "table", "inet", "ddptui_test"], check=True)
+
+
+def test_healthy_cluster_passes(cluster2: Cluster, tmp_path: Path) -> None:
+    path, port = hosts_file(cluster2, tmp_path)
+    res = check(path, tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert failures(res.stdout) == []
+    assert "✗" not in res.stdout and "2 node(s) ready" in res.stdout
+    # every check that applies without a GPU was made, on both nodes
+    for node in ("node1", "node2"):
+        marks = row(res.stdout, node)
+        assert marks[:3] == ["✓", "✓", "✓"] and marks[3:5] == ["-", "-"], res.stdout
+        assert marks[5:9] == ["✓"] * 4 and marks[-1] == "✓", res.stdout
+    assert row(res.stdout, "node1")[9] == "✓" and row(res.stdout, "node2")[9] == "-"
+    js = json.loads(check(path, tmp_path, "--json").stdout)
+    assert js["ok"] is True and js["endpoint"] == {"host": cluster2["node1"].ip, "port": port,
+                                                   "node": "node1"}
+    assert js["nodes"]["node2"]["hostname"]["detail"] == f"node2 → {cluster2['node2'].ip}"
+    assert js["nodes"]["node2"]["network"]["detail"] == f"eth0 → {cluster2['node1'].ip}"
+
+
+def test_firewall_dropping_the_rendezvous_port(cluster2: Cluster, tmp_path: Path) -> None:
+    path, port = hosts_file(cluster2, tmp_path)
+    with dropped(cluster2, "node1", port):
+        res = check(path, tmp_path)
+    assert res.returncode == 1, res.stdout + res.stderr
+    lines = failures(res.stdout)
+    want = (f"✗ reach: node node2 cannot reach the rendezvous at {cluster2['node1'].ip}:{port}: "
+            "connection attempts time out, so packets are dropped (a firewall on node node1")
+    assert any(ln.startswith(want) for ln in lines), res.stdout
+    assert row(res.stdout, "node2")[-1] == "✗" and row(res.stdout, "node1")[9] == "✓"
+
+
+def test_port_already_bound_on_the_endpoint(cluster2: Cluster, tmp_path: Path) -> None:
+    path, port = hosts_file(cluster2, tmp_path)
+    code = ("import socket, time; s = socket.socket(); "
+            f"s.bind(('0.0.0.0', {port})); s.listen(); time.sleep(60)")
+    holder = subprocess.Popen(in_host(cluster2["node1"], sys.executable, "-c", code),
+                              stdin=subprocess.DEVNULL)
+    try:
+        Cluster.wait_port(cluster2["node1"].ip, port, timeout=10)
+        res = check(path, tmp_path)
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert row(res.stdout, "node1")[9] == "✗"
+    line = next(ln for ln in failures(res.stdout) if ln.startswith("✗ port:"))
+    assert f"node node1: the rendezvous port {port} is already in use there by pid " \
+           f"{holder.pid} ({sys.executable} -c import socket" in line, line
+    assert "set `rendezvous.port` to a free port" in line
+
+
+def test_socket_interface_missing_on_one_node(cluster2: Cluster, tmp_path: Path) -> None:
+    env = {"NCCL_SOCKET_IFNAME": "eth9", "GLOO_SOCKET_IFNAME": "eth9"}
+    path, _ = hosts_file(cluster2, tmp_path, node2={"env": env})
+    res = check(path, tmp_path)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert row(res.stdout, "node1")[6] == "✓" and row(res.stdout, "node2")[6] == "✗"
+    [line] = failures(res.stdout)
+    assert line.startswith("✗ network: node node2: NCCL_SOCKET_IFNAME=eth9 selects no "
+                           "interface with an address (it has lo, eth0)"), line
+    assert "GLOO_SOCKET_IFNAME=eth9 names eth9, which this node does not have" in line
+    assert "eth0 routes to the rendezvous" in line
+
+
+def test_another_torch_on_one_node(cluster2: Cluster, tmp_path: Path) -> None:
+    fake = tmp_path / "fake" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('__version__ = "2.99.0"\n')
+    wrapper = tmp_path / "python-other"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={fake.parent}${{PYTHONPATH:+:$PYTHONPATH}} '
+                       f'exec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    path, _ = hosts_file(cluster2, tmp_path, node2={"python": str(wrapper)})
+    res = check(path, tmp_path)
+    assert res.returncode == 1, res.stdout + res.stderr
+    [line] = failures(res.stdout)
+    import torch
+
+    assert line.startswith(f"✗ torch: node node2 has torch 2.99.0 but node node1 has torch "
+                           f"{torch.__version__}"), line
+    assert row(res.stdout, "node2")[2] == "✗" and row(res.stdout, "node1")[2] == "✓"
+
+
+def test_missing_interpreter(cluster2: Cluster, tmp_path: Path) -> None:
+    path, _ = hosts_file(cluster2, tmp_path, node2={"python": "/opt/nowhere/python3"})
+    res = check(path, tmp_path)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert row(res.stdout, "node2")[:2] == ["✓", "✗"]
+    [line] = failures(res.stdout)
+    assert line.startswith("✗ python: node node2: the interpreter '/opt/nowhere/python3' does "
+                           "not exist there (ddptui: no such interpreter"), line
+    # node1 was still checked in full, and the port test did not blame it
+    assert row(res.stdout, "node1") == ["✓", "✓", "✓", "-", "-", "✓", "✓", "✓", "✓", "✓", "✓"]
+
+
+def test_run_stops_at_the_automatic_preflight(cluster2: Cluster, tmp_path: Path) -> None:
+    path, port = hosts_file(cluster2, tmp_path)
+    with dropped(cluster2, "node1", port):
+        res = ddptui("run", str(path), "--headless", state=tmp_path / "state", timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr
+    assert "the run was not started" in res.stderr and "connection attempts time out" in \
+        res.stderr and "--no-preflight" in res.stderr, res.stderr
+    run_id = run_id_of(res.stdout)
+    meta = json.loads((tmp_path / "state" / "runs" / run_id / "run.json").read_text())
+    assert meta["status"] == "failed" and meta["preflight"]["ok"] is False
+    assert marked_pids(run_id) == []
+    for h in cluster2.hosts:  # nothing was put on a node
+        assert not (tmp_path / f"work-{h.name}" / ".ddptui" / "runs" / run_id).exists()
+
+
+def test_automatic_preflight_is_fast(cluster2: Cluster, tmp_path: Path) -> None:
+    """On a healthy cluster the run starts, and its preflight took well under 2 s."""
+    path, _ = hosts_file(cluster2, tmp_path)
+    (tmp_path / "job.py").write_text("print('ran')\n")
+    res = ddptui("run", str(path), "--headless", state=tmp_path / "state", timeout=120)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr
+    meta = json.loads((tmp_path / "state" / "runs" / run_id_of(res.stdout) / "run.json")
+                      .read_text())
+    assert meta["preflight"]["ok"] is True and meta["preflight"]["seconds"] < 2.0, meta

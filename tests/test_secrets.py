@@ -31,7 +31,7 @@ from ddptui.config.secrets import (
     redact_config_dict,
     secret_names,
 )
-from ddptui.events import NodeLogParser
+from ddptui.events import LogLine, NodeLogParser
 from ddptui.launch import withheld
 from ddptui.launch.follow import NodeFollower
 from ddptui.launch.outcome import LaunchError
@@ -178,6 +178,9 @@ def test_masker_text_and_bytes() -> None:
     assert masked == b"k=" + b"*" * 13 + b" " + b"*" * len("ünï-✓".encode()) + b" ******\n"
     assert Masker.of([]).text("s3cr3t") == "s3cr3t" and Masker.of([]).data(b"s") == b"s"
     assert not Masker.of(["abc"])
+    setup = withheld.mask_lines(m, [LogLine("a", "pip from https://u:s3cr3t@idx", 0.0), 7])
+    assert isinstance(setup[0], LogLine) and setup[0].text == "pip from https://u:***@idx"
+    assert setup[1] == 7
 
 
 def test_follower_masks_before_the_raw_copy_and_keeps_node_offsets(tmp_path: Path) -> None:

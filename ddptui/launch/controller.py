@@ -103,7 +103,7 @@ class Controller:
 
     def publish(self, node: str, events: list[Any]) -> None:
         """Events a launch phase makes (setup output), seen by every face like a node's."""
-        self._publish(Batch(node, events, {}))
+        self._publish(Batch(node, withheld.mask_lines(self.masker, events), {}))
 
     def node_state(self, node: str, status: NodeStatus, detail: str = "",
                     exit_code: int | None = None) -> None:

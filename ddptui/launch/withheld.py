@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import Any
 
 from ddptui.config import HostsConfig
-from ddptui.config.secrets import REDACTED, missing_secrets
+from ddptui.config.secrets import REDACTED, Masker, missing_secrets
+from ddptui.events import LogLine
 from ddptui.launch.outcome import LaunchError
 from ddptui.launch.plan import exported_env
 from ddptui.launch.reach import map_at_once
@@ -64,3 +66,11 @@ def refuse_incomplete(config: HostsConfig) -> None:
             f"this run's config came from run.json, which keeps no secret values "
             f"({', '.join(names)}), and its nodes no longer have them; launch from the hosts "
             f"file instead: ddptui {config.path}"])
+
+
+def mask_lines(masker: Masker, events: list[Any]) -> list[Any]:
+    """Lines ddptui itself read from a node (setup output) with every secret value masked."""
+    if not masker:
+        return events
+    return [dataclasses.replace(e, text=masker.text(e.text)) if isinstance(e, LogLine) else e
+            for e in events]

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from cluster import Cluster, in_host
 from jobs import ddptui, marked_pids, run_id_of, write_job
 

@@ -168,7 +168,7 @@ def read_csv(text: str) -> list[dict[str, str]]:
     for r in rows[1:]:
         if len(r) > len(head):  # a comma inside a process name
             k = len(r) - len(head)
-            r = [*r[:1], ",".join(r[1:2 + k]), *r[2 + k:]]
+            r = [*r[:1], ", ".join(r[1:2 + k]), *r[2 + k:]]
         out.append({h: v.strip() for h, v in zip(head, r, strict=False)})
     return out
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ddptui.diagnose import Diagnosis, diagnose
-from ddptui.events import Event, Level, LogLine, Metric, Source
+from ddptui.events import Event, Failure, Level, LogLine, Metric, NodeState, Source
 from ddptui.launch.ncclwatch import NcclWatch
 from ddptui.store.store import Store
 
@@ -104,8 +104,10 @@ class Evidence:
                 # The last step per rank is all the rules read (which rank stopped first).
                 if ev.step is not None or (ev.node, ev.rank) not in self._metrics:
                     self._metrics[(ev.node, ev.rank)] = (n, ev)
-            else:
+            elif type(ev) is NodeState or type(ev) is Failure:
                 self._states.sinks[None]((n, ev))
+            # the rest (telemetry samples, ddptui's own stall marks) is no evidence the
+            # rules read, and has no attempt or source for them to sort by
         self._n = n
         if nccl_lines:
             self.nccl.add(nccl_lines)

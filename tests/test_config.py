@@ -368,7 +368,7 @@ def test_job_every_field(tmp_path: Path) -> None:
     )
     job = load_config(hosts).job
     assert job == JobConfig(
-        script=str(tmp_path / "train.py"), module=False,
+        script=str(tmp_path / "train.py"), module=False, project=str(tmp_path),
         args=("--epochs", "3", "--name=a b", "0.5"), max_restarts=2, monitor_interval=0.5,
         nccl_debug="INFO", nccl_debug_subsys="INIT,NET", torch_distributed_debug="DETAIL",
         torch_cpp_log_level="WARNING", stop_grace=0.0,

@@ -177,8 +177,8 @@ class _HostsParser(NodeWalker):
         else:
             project = str(Path(os.path.abspath(self.path.parent if v.get("module")
                                                else Path(v["script"]).parent)))
-            line = lines.get("script") or lines.get("module") or 0
-        if sync and not self.is_dir(Path(project)):
+            line = 0  # the default: the script's folder exists with it, the hosts file's too
+        if sync and "project" in lines and not self.is_dir(Path(project)):
             self.problem(line, "job.project",
                          f"names {project!r}, which is not a directory on this machine (a "
                          "relative path is taken from the hosts file's directory).")

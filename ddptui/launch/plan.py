@@ -286,8 +286,10 @@ def launch_script(
             f"  rc={EXIT_NO_PROJECT}",
             "fi",
         ]
-    done = quote(rundir.in_node_dir(ndir, rundir.EXIT_CODE))
-    tmp = quote(rundir.in_node_dir(ndir, rundir.EXIT_CODE + ".tmp"))
+    done = rundir.EXIT_CODE  # relative while the shell is still in the node dir
+    if project is not None:
+        done = quote(rundir.in_node_dir(ndir, done))
+    tmp = f"{done[:-1]}.tmp'" if project is not None else f"{done}.tmp"
     lines += [f'echo "$rc" > {tmp} && mv {tmp} {done}', 'exit "$rc"']
     return "\n".join(lines) + "\n"
 

@@ -21,6 +21,8 @@ from ddptui.telemetry.sample import NodeSample
 IDLE_AFTER_S = 30.0
 #: "within 2 % of full".
 MEM_FULL_FRACTION = 0.98
+#: A node whose newest sample is older than this says nothing: stale values are no alarm.
+STALE_AFTER_S = 10.0
 #: The idle window must be this well covered by samples (a sampler that just started, or a
 #: gap, is no evidence of a GPU sitting idle).
 _COVER = 0.8
@@ -79,11 +81,11 @@ def node_alerts(latest: NodeSample) -> list[Alert]:
 def assess(histories: dict[str, Sequence[NodeSample]], seats: Iterable[RankSeat],
            now: float, *, idle_after: float = IDLE_AFTER_S) -> list[Alert]:
     """Every alert of the run now: per node from its newest sample, per running rank from its
-    GPU's history. Nodes whose newest sample is old say nothing: stale values are no alarm."""
+    GPU's history."""
     out: list[Alert] = []
     idle: dict[str, set[int]] = {}
     for node, history in histories.items():
-        if not history or now - history[-1].time > 3 * idle_after:
+        if not history or now - history[-1].time > STALE_AFTER_S:
             continue
         out.extend(node_alerts(history[-1]))
         idle[node] = idle_gpus(history, now, idle_after)

@@ -25,7 +25,8 @@ from ddptui.engine.client import EngineError
 from ddptui.events import Failure, NodeStatus
 from ddptui.store.health import assess
 from ddptui.store.store import NodeView, RunInfo, Store
-from ddptui.tui.node_rows import Row, build_rows
+from ddptui.tui import telemetry_cells
+from ddptui.tui.node_rows import Row, build_rows, columns
 from ddptui.tui.notices import failure_notice, finished_notice, node_change_notices
 from ddptui.tui.state import LayoutMode
 from ddptui.tui.views import ViewKind, ViewSpec
@@ -249,18 +250,22 @@ class DashboardScreen(Screen[None]):
         ranks = store.rank_views()
         live = {n.name for n in nodes if n.status is NodeStatus.RUNNING}
         health = assess(ranks, now, live_nodes=live, config=owner.health_config)
-        rows = build_rows(nodes, ranks, health, lambda r: store.series(r, "loss")[1], now)
+        telemetry = telemetry_cells.build(store.node_samples(), nodes, ranks, now)
+        rows = build_rows(nodes, ranks, health, lambda r: store.series(r, "loss")[1], now,
+                          telemetry)
         failures = store.failure_list()
         with contextlib.suppress(RuntimeError):  # the app closed meanwhile
-            self.app.call_from_thread(self._show_table, store, now, info, nodes, rows, failures)
+            self.app.call_from_thread(self._show_table, store, now, info, nodes, rows, failures,
+                                      columns(telemetry))
 
     def _show_table(self, store: Store, now: float, info: RunInfo, nodes: list[NodeView],
-                    rows: list[Row], failures: list[Failure]) -> None:
+                    rows: list[Row], failures: list[Failure],
+                    table_columns: tuple[str, ...] = columns(None)) -> None:
         owner = self.owner
         if store is not owner.store:
             return
         self._tell_failures(nodes, failures)
-        self.nodes_table.show_rows(rows)
+        self.nodes_table.show_rows(rows, table_columns)
         restarts = max((n.attempt for n in nodes), default=0)
         restarting = any(n.status is NodeStatus.RESTARTING for n in nodes)
         self.header.set_run(info, now, restarts, owner.busy, restarting)
@@ -281,6 +286,24 @@ class DashboardScreen(Screen[None]):
         for notice in node_change_notices(nodes, self._node_status, failed_nodes):
             owner.show_notice(notice)
         self._node_status.update((n.name, n.status) for n in nodes)
+
+    def action_node_detail(self) -> None:
+        """Every GPU of the node under the table's cursor (a rank's row: its node)."""
+        from ddptui.tui.screens.node_detail import NodeDetailScreen
+
+        store = self.owner.store
+        table = self.nodes_table
+        keys = table.row_keys
+        key = keys[table.cursor_row] if 0 <= table.cursor_row < len(keys) else ""
+        node = key[2:] if key.startswith("n:") else ""
+        if key.startswith("r:"):
+            rank = store.ranks.get(int(key[2:]))
+            node = rank.node if rank is not None else ""
+        names = [n.name for n in store.node_views()]
+        if not node and names:
+            node = names[0]
+        if node:
+            self.app.push_screen(NodeDetailScreen(node, store.node_samples, self.owner.clock))
 
     def on_nodes_table_row_selected(self, event: NodesTable.RowSelected) -> None:
         key = event.key

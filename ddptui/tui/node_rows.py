@@ -13,6 +13,8 @@ from ddptui.chart.downsample import sparkline
 from ddptui.events import NodeStatus
 from ddptui.store.health import RankHealth
 from ddptui.store.store import NodeView, RankView
+from ddptui.tui import telemetry_cells
+from ddptui.tui.telemetry_cells import TelemetryCells
 
 COLUMNS = ("Node", "#", "Ranks", "State", "PID", "Rst", "Exit", "Last", "Rate", "Loss")
 SPARK_WIDTH = 8
@@ -71,13 +73,20 @@ _TONE = {
 }
 
 
+def columns(telemetry: TelemetryCells | None) -> tuple[str, ...]:
+    """The table's columns: the telemetry ones once any node has reported."""
+    return COLUMNS + telemetry_cells.COLUMNS if telemetry is not None else COLUMNS
+
+
 def build_rows(
     nodes: Sequence[NodeView],
     ranks: Sequence[RankView],
     health: dict[int, RankHealth],
     losses: Callable[[int], Sequence[float]],
     now: float,
+    telemetry: TelemetryCells | None = None,
 ) -> list[Row]:
+    """With ``telemetry``, rows carry :func:`columns`' telemetry cells and its alerts."""
     by_node: dict[str, list[RankView]] = {}
     for r in ranks:
         by_node.setdefault(r.node, []).append(r)
@@ -89,24 +98,26 @@ def build_rows(
         heard = [t for t in (n.last_line_time, *(r.last_step_time for r in mine))
                  if t is not None]
         last = now - max(heard) if heard else None
+        alert = telemetry.node_alerts.get(n.name, "") if telemetry else ""
         rows.append(Row(
             f"n:{n.name}",
             (n.name[:12], str(n.node_rank), rank_span(sorted(n.ranks | {r.rank for r in mine})),
-             state_text(n), str(n.pid) if n.pid else "-", str(n.attempt),
-             "-" if n.exit_code is None else str(n.exit_code), age(last),
-             rate(total) if total else "-", ""),
-            _TONE.get(n.status, ""),
+             state_text(n) + (f" · {alert}" if alert else ""), str(n.pid) if n.pid else "-",
+             str(n.attempt), "-" if n.exit_code is None else str(n.exit_code), age(last),
+             rate(total) if total else "-", "", *(telemetry.node(n.name) if telemetry else ())),
+            _TONE.get(n.status, "warning" if alert else ""),
         ))
         for r in sorted(mine, key=lambda r: r.rank):
             h = health.get(r.rank, RankHealth())
             loss = losses(r.rank)
             spark = sparkline(loss[-200:], SPARK_WIDTH)
             value = "" if r.loss is None else f" {r.loss:.3g}"
+            mark = h.mark or (telemetry.rank_alerts.get(r.rank, "") if telemetry else "")
             rows.append(Row(
                 f"r:{r.rank}",
                 (f" rank {r.rank}", "", "-" if r.last_step is None else f"s{r.last_step}",
-                 h.mark or "", "", "", "", age(h.idle_s), rate(r.samples_per_s),
-                 spark + value),
-                "warning" if h.mark else "",
+                 mark, "", "", "", age(h.idle_s), rate(r.samples_per_s),
+                 spark + value, *(telemetry.rank(r.rank) if telemetry else ())),
+                "warning" if mark else "",
             ))
     return rows

@@ -94,6 +94,7 @@ class NodesTable(ScrollView, can_focus=True):
         super().__init__(id=id)
         self._rows: list[Row] = []
         self._index: dict[str, int] = {}
+        self._columns: tuple[str, ...] = COLUMNS
         self._widths = [cell_len(name) for name in COLUMNS]
         self._strips: dict[tuple[int, bool], Strip] = {}
         self._header: tuple[tuple[Style, int, int], Strip] | None = None
@@ -101,13 +102,16 @@ class NodesTable(ScrollView, can_focus=True):
 
     # -- content ---------------------------------------------------------------------------
 
-    def show_rows(self, rows: list[Row]) -> None:
-        if rows == self._rows:
+    def show_rows(self, rows: list[Row], columns: tuple[str, ...] = COLUMNS) -> None:
+        """``columns`` name the rows' cells (telemetry adds some once a node reports)."""
+        if rows == self._rows and columns == self._columns:
             return
+        if columns != self._columns:
+            self._columns, self._rows = columns, []
         old = self._rows
         self._rows = list(rows)
         self._index = {r.key: i for i, r in enumerate(rows)}
-        widths = [cell_len(name) for name in COLUMNS]
+        widths = [cell_len(name) for name in columns]
         for r in rows:
             widths = [max(w, cell_len(c)) for w, c in zip(widths, r.cells, strict=True)]
         if widths != self._widths or len(old) != len(rows):
@@ -196,8 +200,8 @@ class NodesTable(ScrollView, can_focus=True):
         if y == 0:  # the header stays while the rows scroll under it
             header = base + paint.header
             if self._header is None or self._header[0] != (header, scroll_x, width):
-                strip = self._line(COLUMNS, header, -1).crop_extend(scroll_x, scroll_x + width,
-                                                                    header)
+                strip = self._line(self._columns, header, -1).crop_extend(
+                    scroll_x, scroll_x + width, header)
                 self._header = ((header, scroll_x, width), strip)
             return self._header[1]
         index = scroll_y + y - 1

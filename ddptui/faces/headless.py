@@ -12,10 +12,21 @@ from typing import TextIO
 
 from ddptui.diagnose import Diagnosis
 from ddptui.diagnose.signatures import own_cause
-from ddptui.events import Failure, Level, LogLine, Metric, NodeState, Source, format_metric
+from ddptui.events import (
+    Failure,
+    Level,
+    LogLine,
+    Metric,
+    NodeState,
+    NodeStatus,
+    Source,
+    Stall,
+    format_metric,
+)
 from ddptui.launch.controller import Controller
 from ddptui.launch.follow import Batch
 from ddptui.launch.outcome import RunResult
+from ddptui.store.health import stall_text
 from ddptui.store.store import Store
 
 
@@ -23,7 +34,8 @@ def line_prefix(line: LogLine) -> str:
     if line.rank is not None:
         tag = f"r{line.rank}" if line.source is not Source.NCCL else f"r{line.rank} nccl"
     else:
-        tag = {"agent": "agent", "nccl": "nccl", "ssh": "ddptui"}.get(str(line.source), "")
+        tag = {"agent": "agent", "nccl": "nccl", "ssh": "ddptui",
+               "setup": "setup"}.get(str(line.source), "")
     return f"[{line.node} {tag}]"
 
 
@@ -52,6 +64,8 @@ class Printer:
                 parts.append(f"[{ev.node} r{ev.rank}] {format_metric(ev.kind, ev.step, ev.values)}")
             elif isinstance(ev, Failure):
                 parts.append(format_failure_head(ev))
+            elif isinstance(ev, Stall):
+                parts.append(f"[{ev.node} ddptui] {'⚠ ' if ev.stalled else ''}{stall_text(ev)}")
         if parts:
             self.out.write("\n".join(parts) + "\n")
             self.out.flush()
@@ -97,10 +111,11 @@ def failure_report(store: Store, result: RunResult, tail: int = 15, run_id: str 
                 if lines:
                     out.append(f"  last lines of rank {f.rank}:")
                     out.extend(f"    {ln.text}" for ln in lines)
+    stopped = {n.name for n in store.node_views() if n.status is NodeStatus.STOPPED}
     for node, code in result.node_exit_codes.items():
         if code not in (0, None) and not any(f.node == node for f in failures):
             out.append(f"ddptui: node {node} exited with code {code}")
-        elif code is None and not result.stopped:
+        elif code is None and not result.stopped and node not in stopped:
             again = f" `ddptui attach {run_id}` follows it again." if run_id else ""
             out.append(f"ddptui: node {node} was lost: no exit code could be read; its job may "
                        f"still be running.{again}")
@@ -135,4 +150,28 @@ def run_headless(ctl: Controller, out: TextIO = sys.stdout) -> int:
     out.write(f"ddptui: run {ctl.run_id} {ctl.store.run_info().status}, exit code "
               f"{result.exit_code}\n")
     out.flush()
+    await_reaper(ctl, out)
     return result.exit_code
+
+
+def await_reaper(ctl: Controller, out: TextIO) -> None:
+    """Wait (bounded) while ddptui seeks lost nodes to stop what the run left there, so that
+    a node that comes back soon holds nothing of it (see :mod:`ddptui.launch.liveness`)."""
+    reaper = ctl.reaper
+    if reaper is None:
+        return
+    names = ", ".join(reaper.pending)
+    if reaper.is_alive():
+        out.write(f"ddptui: trying for up to {reaper.seconds:g} s to reach {names} and stop "
+                  "what the run left there (Ctrl-C leaves it)\n")
+        out.flush()
+        try:
+            reaper.join(reaper.seconds + ctl.config.job.stop_grace + 90)
+        except KeyboardInterrupt:
+            reaper.cancel.set()
+            out.write(f"ddptui: {names} left as they are; `ddptui stop {ctl.run_id}` stops "
+                      "what runs there once they answer\n")
+            return
+    for node, what in reaper.report.items():
+        out.write(f"ddptui: node {node}: {what}\n")
+    out.flush()

@@ -84,17 +84,22 @@ def assess(
 class StallWatch:
     """Turns assessments into events: a rank that stalled, one that went on again.
 
-    A rank is told once when it stalls and once when it is heard from again; a rank whose
-    node stopped running is let go without a word (the node's own state says what happened).
+    A rank is told once when it stalls and once when it is heard from again. A rank whose
+    node stopped running, or that is ``ending`` (its last words were an error: a traceback,
+    a collective's timeout), is let go without a word, and not judged: the failure that
+    follows says more, and a dying rank's silence is no stall.
     """
 
     def __init__(self, config: HealthConfig = DEFAULTS) -> None:
         self.config = config
         self.stalled: dict[int, Stall] = {}
 
-    def update(self, ranks: Iterable[RankView], now: float, live_nodes: set[str]
-               ) -> list[Stall]:
-        ranks = list(ranks)
+    def update(self, ranks: Iterable[RankView], now: float, live_nodes: set[str],
+               ending: Iterable[int] = ()) -> list[Stall]:
+        gone = set(ending)
+        ranks = [r for r in ranks if r.rank not in gone]
+        for rank in gone & set(self.stalled):
+            del self.stalled[rank]
         health = assess(ranks, now, live_nodes=live_nodes, config=self.config)
         out: list[Stall] = []
         # The rank heard from longest ago first: in a whole-run stall, the likeliest culprit.

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ddptui.config import HostsConfig
 
 COMMANDS = ("run", "check", "attach", "stop", "logs", "dashboard", "schema", "nccl",
-            "stacks")
+            "stacks", "clean")
 USAGE_EXIT = 2
 
 
@@ -94,7 +94,26 @@ def _parser() -> argparse.ArgumentParser:
                                        "(py-spy dump on each node)")
     st.add_argument("run_id")
     st.add_argument("--rank", type=int, default=None, help="only this global rank")
+
+    cl = sub.add_parser("clean", help="remove finished runs and unused code caches on every "
+                                      "node and here; live runs are never touched")
+    cl.add_argument("hosts", type=Path, help="the hosts file (YAML) of the nodes to clean")
+    cl.add_argument("--keep", type=_count, default=None, metavar="N",
+                    help="keep the N newest finished runs (default: 3, or 0 with "
+                         "--older-than)")
+    cl.add_argument("--older-than", type=float, default=None, metavar="DAYS",
+                    help="remove only finished runs that ended more than DAYS ago")
+    cl.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
+    cl.add_argument("--keep-logs", action="store_true",
+                    help="remove node-side files only; keep the local logs (`ddptui logs` "
+                         "marks them)")
     return p
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"must be a whole number of 0 or more, not {text!r}")
+    return int(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,6 +185,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return run_dashboard(None, attach=args.run_id, state_root=args.state_dir)
     if args.command == "check":
         return _check(args)
+    if args.command == "clean":
+        return _clean(args)
     if args.command == "stop":
         try:
             ctl = Controller.attach(args.run_id, state_root=args.state_dir, follow=False)
@@ -229,6 +250,32 @@ def _check(args: argparse.Namespace) -> int:
         print("ddptui: secret env, kept out of run.json, the logs and every command line: "
               + ", ".join(f"{name}=***" for name in secret))
     return code
+
+
+def _clean(args: argparse.Namespace) -> int:
+    from ddptui.faces.clean import print_clean
+    from ddptui.launch.clean import clean
+    from ddptui.launch.clean_plan import DEFAULT_KEEP, Policy
+    from ddptui.launch.outcome import LaunchError
+
+    cfg = _load(args.hosts)
+    if cfg is None:
+        return USAGE_EXIT
+    if args.older_than is not None and not args.older_than >= 0:
+        print("ddptui: clean --older-than must be a number of days, 0 or more",
+              file=sys.stderr)
+        return USAGE_EXIT
+    keep = args.keep if args.keep is not None else (
+        DEFAULT_KEEP if args.older_than is None else 0)
+    policy = Policy(keep, args.older_than)
+    try:
+        report = clean(cfg, state=args.state_dir, policy=policy, dry_run=args.dry_run,
+                       keep_logs=args.keep_logs)
+    except LaunchError as e:
+        print("ddptui: clean failed:\n" + "\n".join(f"  {p}" for p in e.problems),
+              file=sys.stderr)
+        return USAGE_EXIT
+    return print_clean(report)
 
 
 if __name__ == "__main__":

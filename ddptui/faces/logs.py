@@ -9,7 +9,7 @@ from typing import TextIO
 
 from ddptui.events import LogLine, Metric, NodeLogParser
 from ddptui.store import rundir
-from ddptui.store.runs import RunSummary, read_run, state_root
+from ddptui.store.runs import NODE_FILES_REMOVED, RunSummary, read_run, state_root
 
 
 def _age(t: float | None) -> str:
@@ -48,8 +48,9 @@ def show_logs(root: Path | None, run_id: str | None, *, rank: int | None = None,
         for r in runs:
             code = "" if r.exit_code is None else str(r.exit_code)
             world = "" if r.world_size is None else str(r.world_size)
+            gone = "  (node files removed)" if r.node_files_removed else ""
             out.write(f"{r.run_id:<24} {_age(r.started_at):<19} {r.shown_status:<9} "
-                      f"{code:>4} {world:>5}  {','.join(r.nodes)}\n")
+                      f"{code:>4} {world:>5}  {','.join(r.nodes)}{gone}\n")
         if any(r.stale for r in runs):
             out.write("?: the run's controller is gone and its end was not recorded; "
                       "`ddptui logs --check` asks its nodes, `ddptui attach RUN_ID` follows "
@@ -62,6 +63,9 @@ def show_logs(root: Path | None, run_id: str | None, *, rank: int | None = None,
         sys.stderr.write(f"ddptui: no run {run_id!r} under {rundir.runs_dir(base)}; `ddptui logs` "
                          "lists them\n")
         return 2
+    if NODE_FILES_REMOVED in meta:  # what is here is all there is
+        sys.stderr.write(f"ddptui: run {run_id}'s files on its nodes were removed by "
+                         "`ddptui clean`; these are the local copies\n")
     if rank is not None:
         p = rundir.rank_log(d, rank)
         if not p.exists():

@@ -15,6 +15,10 @@ from typing import Any
 
 from ddptui.events import RunStatus
 from ddptui.store import rundir
+from ddptui.store.owner import Owner, owner_of
+
+#: run.json's record that ``ddptui clean`` removed (or found gone) the run's node dirs.
+NODE_FILES_REMOVED = "node_files_removed"
 
 
 def state_root(explicit: Path | None = None) -> Path:
@@ -49,6 +53,16 @@ class RunSummary:
     nodes: list[str]
     world_size: int | None
     exit_code: int | None = None
+    stale: bool = False  # run.json says live, but its controller is gone (or unknown)
+    alive_at_check: bool = False  # the last `ddptui logs --check` found processes running
+    node_files_removed: bool = False  # `ddptui clean` removed (or found gone) its node dirs
+
+    @property
+    def shown_status(self) -> str:
+        """The status as lists show it: ``running?`` when nothing here can vouch for it."""
+        if not self.stale:
+            return str(self.status)
+        return "detached" if self.alive_at_check else f"{self.status}?"
 
 
 def list_runs(root: Path | None = None) -> list[RunSummary]:
@@ -62,14 +76,25 @@ def list_runs(root: Path | None = None) -> list[RunSummary]:
             data = json.loads((d / rundir.RUN_JSON).read_text())
         except (OSError, ValueError):
             continue
-        out.append(RunSummary(
-            run_id=str(data.get("run_id", d.name)),
-            hosts_file=str(data.get("config", {}).get("path", "")),
-            started_at=data.get("started_at"),
-            status=RunStatus.read(data.get("status")),
-            nodes=[str(n.get("name")) for n in data.get("nodes", [])],
-            world_size=data.get("world_size"),
-            exit_code=data.get("exit_code"),
-        ))
+        out.append(summary_of(d, data))
     out.sort(key=lambda r: (r.started_at or 0, r.run_id), reverse=True)
     return out
+
+
+def summary_of(d: Path, data: dict[str, Any]) -> RunSummary:
+    """One run as lists show it, from its ``run.json`` alone (no node is asked)."""
+    status = RunStatus.read(data.get("status"))
+    stale = status.live and owner_of(data) in (Owner.GONE, Owner.UNKNOWN)
+    checked = data.get("reconciled")
+    return RunSummary(
+        run_id=str(data.get("run_id", d.name)),
+        hosts_file=str(data.get("config", {}).get("path", "")),
+        started_at=data.get("started_at"),
+        status=status,
+        nodes=[str(n.get("name")) for n in data.get("nodes", [])],
+        world_size=data.get("world_size"),
+        exit_code=data.get("exit_code"),
+        stale=stale,
+        alive_at_check=stale and isinstance(checked, dict) and bool(checked.get("alive")),
+        node_files_removed=NODE_FILES_REMOVED in data,
+    )

@@ -1,0 +1,193 @@
+"""``ddptui clean``: finished runs and unused code caches removed, on every node and here.
+
+Every node is reached and scanned at once; the choice is made for the whole cluster
+(:mod:`ddptui.launch.clean_plan`), then every node removes its part at once. A node that
+cannot be reached or scanned stops the clean before anything is removed anywhere: a run that
+looks finished on the nodes that answered may still run on the one that did not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddptui.config import HostsConfig, NodeConfig
+from ddptui.events import RunStatus
+from ddptui.launch import nodeops
+from ddptui.launch.clean_plan import (
+    NODE_SRC,
+    Choice,
+    Freed,
+    LocalRun,
+    NodeScan,
+    Policy,
+    choose,
+    node_args,
+    parse_freed,
+    parse_scan,
+    removal_request,
+)
+from ddptui.launch.outcome import LaunchError
+from ddptui.launch.plan import expand_home
+from ddptui.launch.reach import connect, map_at_once
+from ddptui.store import rundir
+from ddptui.store.runs import NODE_FILES_REMOVED, read_run, state_root, write_run
+from ddptui.transport.base import Transport, TransportError
+
+
+@dataclass
+class CleanReport:
+    """What was freed (or, with ``dry_run``, would be), per node and here."""
+
+    dry_run: bool
+    policy: Policy
+    choice: Choice
+    nodes: dict[str, Freed] = field(default_factory=dict)
+    local_runs: int = 0
+    local_bytes: int = 0
+    local_dir: Path | None = None
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not self.errors and not any(f.errors for f in self.nodes.values())
+
+
+def clean(config: HostsConfig, *, state: Path | None = None, policy: Policy | None = None,
+          dry_run: bool = False, keep_logs: bool = False) -> CleanReport:
+    """Clean the cluster of ``config`` and this machine's state dir; LaunchError when a node
+    cannot be reached or scanned (then nothing was removed)."""
+    root = state_root(state)
+    policy = policy or Policy()
+    nodes = list(config.nodes)
+    transports: dict[str, Transport] = {}
+    try:
+        scans, workdirs = _scan_all(config, nodes, transports)
+        local = _local_runs(root, config, scans)
+        choice = choose(scans, local, policy, time.time())
+        report = CleanReport(dry_run, policy, choice, local_dir=rundir.runs_dir(root))
+
+        def remove(node: NodeConfig) -> Freed:
+            name = node.name
+            todo = removal_request(choice.node_runs[name], choice.node_code[name],
+                                   choice.node_tmp[name], dry_run)
+            cmd = nodeops.python_cmd(node.python, NODE_SRC, *node_args(workdirs[name], todo))
+            res = transports[name].run(cmd, timeout=600)
+            freed = parse_freed(res.stdout)
+            if freed is None:
+                raise TransportError(name, f"node {name}: removing old runs failed (exit code "
+                                           f"{res.exit_code}): {_last(res.stderr)}")
+            return freed
+
+        for node, res in zip(nodes, map_at_once(nodes, remove), strict=True):
+            if isinstance(res, Exception):
+                report.errors.append(str(res))
+            else:
+                report.nodes[node.name] = res
+    finally:
+        for t in transports.values():
+            with contextlib.suppress(Exception):
+                t.close()
+    _clean_here(root, report, keep_logs)
+    return report
+
+
+def _last(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else "no output"
+
+
+def _scan_all(config: HostsConfig, nodes: list[NodeConfig], transports: dict[str, Transport],
+              ) -> tuple[dict[str, NodeScan], dict[str, str]]:
+    def scan(node: NodeConfig) -> tuple[NodeScan, str]:
+        transport = connect(node, config)
+        transports[node.name] = transport
+        workdir = expand_home(node.workdir, transport.home())
+        res = transport.run(nodeops.python_cmd(node.python, NODE_SRC, *node_args(workdir)),
+                            timeout=300)
+        found = parse_scan(res.stdout)
+        if found is None:
+            raise TransportError(node.name, f"node {node.name} ({node.host}): could not list its "
+                                            f"runs (exit code {res.exit_code}): "
+                                            f"{_last(res.stderr)}")
+        return found, workdir
+
+    problems: list[str] = []
+    scans: dict[str, NodeScan] = {}
+    workdirs: dict[str, str] = {}
+    for node, res in zip(nodes, map_at_once(nodes, scan), strict=True):
+        if isinstance(res, Exception):
+            problems.append(str(res) if isinstance(res, TransportError | LaunchError)
+                            else f"node {node.name} ({node.host}): {type(res).__name__}: {res}")
+        else:
+            scans[node.name], workdirs[node.name] = res
+    if problems:
+        raise LaunchError([*problems, "nothing was removed on any node: a run that looks "
+                                      "finished elsewhere may still run there"])
+    return scans, workdirs
+
+
+def _local_runs(root: Path, config: HostsConfig, scans: dict[str, NodeScan]) -> list[LocalRun]:
+    """This machine's runs of this cluster: launched from this hosts file, or found on its
+    nodes. Runs of other clusters are not this clean's to judge."""
+    on_nodes = {r.run_id for s in scans.values() for r in s.runs}
+    mine = os.path.abspath(config.path)
+    out = []
+    runs = rundir.runs_dir(root)
+    for d in sorted(runs.iterdir()) if runs.is_dir() else []:
+        try:
+            meta = json.loads((d / rundir.RUN_JSON).read_text())
+        except (OSError, ValueError):
+            continue
+        path = str(meta.get("config", {}).get("path", ""))
+        if d.name not in on_nodes and (not path or os.path.abspath(path) != mine):
+            continue
+        ended = meta.get("ended_at") or meta.get("started_at") or 0.0
+        out.append(LocalRun(d.name, RunStatus.read(meta.get("status")).live, float(ended),
+                            tuple(str(n.get("name")) for n in meta.get("nodes", []))))
+    return out
+
+
+def _du(path: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+    return total
+
+
+def _clean_here(root: Path, report: CleanReport, keep_logs: bool) -> None:
+    """Local run dirs of removed runs (or, with ``keep_logs``, a note in their run.json);
+    runs whose node dirs are gone are noted too, for ``ddptui logs``."""
+    removed_everywhere = not report.errors
+    now = time.time()
+    for run_id in report.choice.local:
+        d = rundir.run_dir(root, run_id)
+        if keep_logs or not removed_everywhere:
+            if not report.dry_run and removed_everywhere:
+                _note(root, run_id, {"at": now, "by": "ddptui clean"})
+            continue
+        report.local_bytes += _du(d)
+        report.local_runs += 1
+        if not report.dry_run:
+            shutil.rmtree(d, ignore_errors=True)
+    if not report.dry_run:
+        for run_id in report.choice.gone_from_nodes:
+            _note(root, run_id, {"at": now, "by": "found gone by ddptui clean"})
+
+
+def _note(root: Path, run_id: str, note: dict[str, Any]) -> None:
+    try:
+        meta = read_run(root, run_id)
+    except (OSError, ValueError):
+        return
+    if NODE_FILES_REMOVED not in meta:
+        meta[NODE_FILES_REMOVED] = note
+        write_run(rundir.run_dir(root, run_id), meta)

@@ -121,7 +121,7 @@ class JobConfig:
     """What runs on every node, and how torchrun watches it."""
 
     script: str | None = field(default=None, metadata=key(v.LOCAL_PATH, hints=("entrypoint",)))
-    """Your training script on this machine (relative to the hosts file), uploaded per run."""
+    """Your training script (relative to the hosts file), run from the project on every node."""
     module: bool = field(default=False, metadata=key(v.MODULE))
     """A module on the nodes to run with `-m` instead of a script (then held in `script`)."""
     project: str | None = field(default=None, metadata=key(

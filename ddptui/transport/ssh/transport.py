@@ -33,6 +33,7 @@ from ddptui.transport.ssh.auth import authenticate
 from ddptui.transport.ssh.hostkeys import check_host_key, known_entries, prefer_key_types
 from ddptui.transport.ssh.resolve import Endpoint, HopError, Resolver
 from ddptui.transport.ssh.stream import run_stream
+from ddptui.transport.ssh.tailread import STREAM_READ_MIN, read_by_exec
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +182,10 @@ class SSHTransport:
             known = known_entries(ep)
             opts = t.get_security_options()
             opts.key_types = prefer_key_types(opts.key_types, {e.key.get_name() for e in known})
+            # AES-GCM first: one pass per packet instead of CTR and an HMAC, ~20 % less CPU
+            # here and in sshd for a code sync's megabytes.
+            gcm = tuple(c for c in opts.ciphers if c.endswith("-gcm@openssh.com"))
+            opts.ciphers = gcm + tuple(c for c in opts.ciphers if c not in gcm)
             try:
                 t.start_client(timeout=timeout)
             except (paramiko.SSHException, EOFError, OSError) as exc:
@@ -355,8 +360,14 @@ class SSHTransport:
             if offset >= size or max_bytes <= 0:
                 return b""
             n = min(max_bytes, size - offset)
-            with sftp.open(remote_path, "rb") as fh:
-                return b"".join(fh.readv([(offset, n)]))
+            if n < STREAM_READ_MIN:
+                with sftp.open(remote_path, "rb") as fh:
+                    return b"".join(fh.readv([(offset, n)]))
+        try:
+            return read_by_exec(self._active(), remote_path, offset, n, SFTP_TIMEOUT_S)
+        except (TimeoutError, paramiko.SSHException, EOFError, OSError) as exc:
+            raise TransportError(self.node, f"{self.node} ({self.address}): reading "
+                                 f"{remote_path} failed: {exc or type(exc).__name__}") from exc
 
     def close(self) -> None:
         with self._lock:

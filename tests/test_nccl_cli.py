@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import re
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from jobs import ddptui, write_job
+from jobs import ddptui, spawn_ddptui, write_job
 from replay import node_events
 
 from ddptui.cli import main
@@ -197,40 +199,82 @@ def test_the_run_keeps_its_facts_in_run_json_and_an_attach_reads_them_back(tmp_p
 # -- a live local run ----------------------------------------------------------------------
 
 #: A user script standing in for libnccl: each rank prints its node's recorded capture to
-#: stderr (node a's was recorded with NCCL_SOCKET_IFNAME=lo), then ends.
+#: stderr (node a's was recorded with NCCL_SOCKET_IFNAME=lo), then waits for the test's gate
+#: file (a minute at most) so the test can look at the run while it is live.
 NCCL_JOB = r'''
 import os, sys, time
 import torch.distributed as dist
 dist.init_process_group("gloo")
 r = dist.get_rank()
-lines = open(os.environ["NCCL_CAPTURE"]).read().splitlines()
-for line in lines:
+for line in open(os.environ["NCCL_CAPTURE"]).read().splitlines():
     print(line, file=sys.stderr, flush=True)
+end = time.monotonic() + 60
+while not os.path.exists(os.environ["GATE"]) and time.monotonic() < end:
+    time.sleep(0.1)
 print(f"rank {r} done", flush=True)
 dist.barrier()
 dist.destroy_process_group()
 '''
 
 
+def poll(what: str, check: Callable[[], str | None], timeout: float) -> str:
+    """``check()`` until it gives a value (at most ``timeout`` seconds)."""
+    end = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got is not None:
+            return got
+        assert time.monotonic() < end, f"no {what} after {timeout} s"
+        time.sleep(0.3)
+
+
 @pytest.mark.torchrun
-def test_a_live_runs_nccl_lines_reach_run_json_and_the_command(tmp_path: Path) -> None:
+def test_a_live_run_shows_its_nccl_facts_while_it_runs_and_keeps_them(tmp_path: Path) -> None:
     lo = tmp_path / "lo.log"
     lo.write_text("\n".join(ln.split("] ", 1)[1] for ln in raw_from_headless(LO)
                             if ln.startswith("[ddptui ")) + "\n")
-    hosts = {"defaults": {"python": sys.executable, "nproc_per_node": 1, "transport": "local"},
+    gate = tmp_path / "gate"
+    hosts = {"defaults": {"python": sys.executable, "nproc_per_node": 1, "transport": "local",
+                          "env": {"GATE": str(gate)}},
              "nodes": [{"name": "a", "workdir": str(tmp_path / "wa"),
                         "env": {"NCCL_CAPTURE": str(lo)}},
                        {"name": "b", "workdir": str(tmp_path / "wb"),
                         "env": {"NCCL_CAPTURE": str(SUBSYS)}}],
              "rendezvous": {"endpoint": "127.0.0.1", "port": 29731},
              "job": {"script": "job.py"}}
-    path = write_job(tmp_path, hosts)
-    (tmp_path / "job.py").write_text(NCCL_JOB)
+    project = tmp_path / "project"  # what is sent to the nodes: the test's files stay out
+    project.mkdir()
+    path = write_job(project, hosts)
+    (project / "job.py").write_text(NCCL_JOB)
     state = tmp_path / "state"
-    res = ddptui("run", str(path), "--headless", "--run-id", "nccl-live", state=state,
-                 timeout=240)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
-    meta = json.loads((state / "runs" / "nccl-live" / "run.json").read_text())
+    run_json = state / "runs" / "nccl-live" / "run.json"
+    proc = spawn_ddptui("run", str(path), "--headless", "--run-id", "nccl-live", state=state,
+                        out=tmp_path / "run.out")
+    try:
+        def live_answer() -> str | None:
+            res = ddptui("nccl", "nccl-live", state=state, timeout=60)
+            return res.stdout if "2 thing(s)" in res.stdout else None
+
+        shown = poll("live NCCL warnings", live_answer, 120)
+        assert shown.startswith("ddptui: NCCL in run nccl-live, running (still running: what "
+                                "NCCL said so far)\n")
+        assert "ERROR node a: NCCL uses bootstrap lo:127.0.0.1 (loopback)" in shown
+
+        def saved() -> str | None:  # kept in run.json while the run goes on
+            meta = json.loads(run_json.read_text())
+            return "yes" if len(meta.get("nccl_warnings", [])) == 2 else None
+
+        poll("NCCL facts in run.json while live", saved, 30)
+        assert json.loads(run_json.read_text())["status"] == "running"
+        gate.write_text("go")
+        assert proc.wait(120) == 0, (tmp_path / "run.out").read_text()[-3000:]
+    finally:
+        gate.write_text("go")
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    meta = json.loads(run_json.read_text())
+    assert meta["status"] == "finished"
     nodes = meta["nccl"]["nodes"]
     assert nodes["a"]["interfaces"][0] == {"name": "lo", "address": "127.0.0.1",
                                            "role": "bootstrap"}
@@ -238,6 +282,3 @@ def test_a_live_runs_nccl_lines_reach_run_json_and_the_command(tmp_path: Path) -
     assert b["speed_fallbacks"] == {"eth0": "10 Gbps"}
     assert [(w["rule"], w["nodes"]) for w in meta["nccl_warnings"]] == [
         ("bad-interface", ["a"]), ("speed-fallback", ["b"])]
-    shown = ddptui("nccl", "nccl-live", state=state, timeout=60)
-    assert shown.returncode == 0, shown.stderr
-    assert "ERROR node a: NCCL uses bootstrap lo:127.0.0.1 (loopback)" in shown.stdout

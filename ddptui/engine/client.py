@@ -21,6 +21,7 @@ from ddptui.config import HostsConfig
 from ddptui.engine.wire import apply_change, decode, unpack_snapshot
 from ddptui.events import RunStatus
 from ddptui.launch.outcome import LaunchError, RunResult, StopReport
+from ddptui.launch.stacks import DUMP_TIMEOUT_S, Stacks
 from ddptui.nccl import NcclFacts
 from ddptui.store.store import Change, Store
 
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
 PUMP_BUDGET_S = 0.005
 #: A chart the engine has not built by then is built in the dashboard instead.
 CHART_TIMEOUT_S = 5.0
+#: py-spy on every node at once, with room for a slow connection.
+STACKS_TIMEOUT_S = DUMP_TIMEOUT_S + 50
 #: Decoded messages waiting for the dashboard's loop, at most (about two seconds of a flood).
 INBOX_MESSAGES = 100
 
@@ -147,6 +150,12 @@ class EngineClient:
         loop. Raises :class:`EngineError` once the engine is gone."""
         facts: NcclFacts = self.engine.calls.call("nccl", timeout=CHART_TIMEOUT_S)
         return facts
+
+    def stacks(self, rank: int | None = None) -> Stacks:
+        """The ranks' Python stacks, taken on the nodes through the engine's connections;
+        call it off the event loop (py-spy takes a second or more)."""
+        stacks: Stacks = self.engine.calls.call("stacks", rank, timeout=STACKS_TIMEOUT_S)
+        return stacks
 
     def process_estimate(self) -> tuple[int, int]:
         """(processes, nodes), as the controller counts them, from the replica alone: the

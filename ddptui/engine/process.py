@@ -32,6 +32,7 @@ from ddptui.config import HostsConfig
 from ddptui.engine.client import EngineCalls, EngineClient, EngineError, error_payload
 from ddptui.engine.wire import Backlog, encode, pack_snapshot, split_changes
 from ddptui.launch.outcome import RunResult, StopReport
+from ddptui.launch.stacks import Stacks
 from ddptui.nccl import NcclFacts
 from ddptui.store import rundir
 from ddptui.store.store import Store
@@ -59,6 +60,7 @@ class Runnable(Protocol):
     def stop(self, grace: float | None = None) -> StopReport: ...
     def detach(self) -> None: ...
     def nccl_facts(self) -> NcclFacts: ...
+    def stacks(self, rank: int | None = None) -> Stacks: ...
 
 
 # Targets: what an engine runs (module-level so that they pickle by name).
@@ -165,6 +167,9 @@ class _Engine:
             return store_chart(run.store, metric, log_y, width, height)
         if op == "nccl":
             return run.nccl_facts()
+        if op == "stacks":
+            (rank,) = args
+            return run.stacks(rank)
         raise ValueError(f"unknown engine call {op!r}")
 
     def _open(self, target: Callable[..., Runnable], args: tuple[Any, ...]

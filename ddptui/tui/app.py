@@ -28,10 +28,11 @@ from ddptui.engine.process import Spare, attach_run, new_run
 from ddptui.store.runs import RunSummary
 from ddptui.store.store import Store
 from ddptui.tui.dashboard import DashboardScreen
-from ddptui.tui.handle import Attacher, RunFactory, RunLister
+from ddptui.tui.handle import Attacher, RunFactory, RunHandle, RunLister
 from ddptui.tui.lifecycle import Lifecycle
 from ddptui.tui.screens.help import HelpScreen
 from ddptui.tui.screens.nccl import NcclScreen
+from ddptui.tui.screens.stacks import StacksScreen
 from ddptui.tui.views import ViewKind, ViewSpec
 from ddptui.tui.widgets.log_view import LogView
 
@@ -104,6 +105,7 @@ class DashboardApp(Lifecycle):
         Binding("slash", "screen.filter", "Filter"),
         Binding("v", "screen.next_view", "View"),
         Binding("m", "screen.toggle_metrics", "Charts"),
+        Binding("k", "stacks", "Python stacks of the ranks (py-spy), taken now", show=False),
         Binding("i", "nccl", "NCCL facts and warnings", show=False),
         Binding("g", "screen.node_detail", "Node detail: GPUs, CPU, memory, network", show=False),
         Binding("question_mark", "help", "Help"),
@@ -220,6 +222,29 @@ class DashboardApp(Lifecycle):
 
     def action_nccl(self) -> None:
         self.push_screen(NcclScreen())
+
+    def action_stacks(self) -> None:
+        """The Python stacks of the rank in view (of every rank in other views), taken now."""
+        handle = self.controller
+        if handle is None or handle.done:
+            self.notify("No run is going: stacks are taken from running ranks.",
+                        severity="warning")
+            return
+        view = self.dashboard.log_pane.view
+        rank = view.rank if view.kind is ViewKind.RANK else None
+        self.notify(f"Taking the stacks of {'every rank' if rank is None else f'rank {rank}'} "
+                    "with py-spy", timeout=3)
+        self._take_stacks(handle, rank)
+
+    @work(thread=True, exclusive=True, group="stacks")
+    def _take_stacks(self, handle: RunHandle, rank: int | None) -> None:
+        try:
+            stacks = handle.stacks(rank)
+        except Exception as e:  # a node or the engine failed: said, never raised in the app
+            self.call_from_thread(self.notify, f"Could not take the stacks: {e}",
+                                  title="Stacks", severity="error")
+            return
+        self.call_from_thread(self.push_screen, StacksScreen(stacks, rank))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.help_sections()))

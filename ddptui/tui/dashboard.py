@@ -27,7 +27,12 @@ from ddptui.store.health import assess
 from ddptui.store.store import NodeView, RunInfo, Store
 from ddptui.tui import telemetry_cells
 from ddptui.tui.node_rows import Row, build_rows, columns
-from ddptui.tui.notices import failure_notice, finished_notice, node_change_notices
+from ddptui.tui.notices import (
+    failure_notice,
+    finished_notice,
+    node_change_notices,
+    stall_notices,
+)
 from ddptui.tui.state import LayoutMode
 from ddptui.tui.views import ViewKind, ViewSpec
 from ddptui.tui.widgets.log_pane import LogPane
@@ -67,6 +72,7 @@ class DashboardScreen(Screen[None]):
         self._version = -1
         self._points = -1
         self._failures_seen = 0
+        self._stalls_seen = 0
         self._node_status: dict[str, NodeStatus] = {}
         self._last_table = 0.0
         self._last_chart = 0.0
@@ -159,6 +165,7 @@ class DashboardScreen(Screen[None]):
         self._version = -1
         self._points = -1
         self._failures_seen = 0
+        self._stalls_seen = 0
         self._node_status = {}
         self._last_table = 0.0
         self._last_chart = 0.0
@@ -277,7 +284,7 @@ class DashboardScreen(Screen[None]):
                 owner.show_notice(notice)
 
     def _tell_failures(self, nodes: list[NodeView], failures: list[Failure]) -> None:
-        """Toasts for the failures and node changes not told yet."""
+        """Toasts for the failures, node changes and stalls not told yet."""
         owner = self.owner
         for failure in failures[self._failures_seen:]:
             owner.show_notice(failure_notice(failure))
@@ -286,6 +293,10 @@ class DashboardScreen(Screen[None]):
         for notice in node_change_notices(nodes, self._node_status, failed_nodes):
             owner.show_notice(notice)
         self._node_status.update((n.name, n.status) for n in nodes)
+        stalls = owner.store.stall_list()
+        for notice in stall_notices(stalls[self._stalls_seen:]):
+            owner.show_notice(notice)
+        self._stalls_seen = len(stalls)
 
     def action_node_detail(self) -> None:
         """Every GPU of the node under the table's cursor (a rank's row: its node)."""

@@ -13,6 +13,7 @@ from typing import Protocol
 from ddptui.chart.rows import Run
 from ddptui.config import HostsConfig
 from ddptui.launch.outcome import RunResult, StopReport
+from ddptui.launch.stacks import Stacks
 from ddptui.nccl import NcclFacts
 from ddptui.store.runs import RunSummary
 from ddptui.store.store import Store
@@ -53,6 +54,10 @@ class RunHandle(Protocol):
 
     def close(self) -> None:
         """Let go of the handle; a run still going is left going."""
+
+    def stacks(self, rank: int | None = None) -> Stacks:
+        """The ranks' Python stacks (``rank``'s only), taken on the nodes now; slow: call it
+        off the loop."""
 
     def chart(self, metric: str, log_y: bool, width: int, height: int) -> Chart:
         """The chart of ``metric``, built where the series are; slow: call it off the loop."""

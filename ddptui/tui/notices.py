@@ -6,14 +6,15 @@ No Textual widget and no clock here: each text is tested from plain values
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from textual.notifications import SeverityLevel
 
 from ddptui.diagnose.signatures import own_cause
-from ddptui.events import Failure, NodeStatus
+from ddptui.events import Failure, NodeStatus, Stall
 from ddptui.launch.outcome import RunResult, StopReport
+from ddptui.store.health import stall_text
 from ddptui.store.store import NodeView
 
 
@@ -56,6 +57,26 @@ def node_change_notices(nodes: Iterable[NodeView], seen: Mapping[str, NodeStatus
             notices.append(Notice(
                 f"{node.name} restarting the workers (attempt {node.attempt}). {node.detail}",
                 "Restart", "warning"))
+    return notices
+
+
+def stall_notices(stalls: Sequence[Stall]) -> list[Notice]:
+    """Ranks that stalled or went on again, in ddptui's words (those of the headless output);
+    the ranks of a whole-run stall in one toast, which names the ranks; ``k`` shows their
+    stacks."""
+    whole = [s for s in stalls if s.stalled and s.whole_run]
+    notices = []
+    if whole:
+        ranks = ", ".join(f"{s.rank} ({s.node})" for s in whole)
+        notices.append(Notice(f"{stall_text(whole[0]).split(': ', 1)[1]}. Stalled ranks: "
+                              f"{ranks}. Press k for their Python stacks.",
+                              "The run stalled", "warning", 30))
+    for s in stalls:
+        if s.stalled and not s.whole_run:
+            notices.append(Notice(f"{stall_text(s)}. Press k for its Python stack.",
+                                  "Rank stalled", "warning", 30))
+        elif not s.stalled:
+            notices.append(Notice(stall_text(s), "Rank going again"))
     return notices
 
 

@@ -1,0 +1,245 @@
+"""Stalls and stragglers judged from rank views with a clock passed in, the words ddptui says
+about them, and the reading of py-spy's stacks (recorded on the namespace cluster)."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ddptui.config.model import HealthConfig
+from ddptui.events import Stall
+from ddptui.faces.headless import Printer
+from ddptui.launch.follow import Batch
+from ddptui.launch.stacks import (
+    STACKS_SRC,
+    NodeStacks,
+    RankStack,
+    Stacks,
+    main_frames,
+    parse_stacks,
+    read_stacks,
+    stacks_cmd,
+    stacks_lines,
+)
+from ddptui.store import rundir
+from ddptui.store.health import StallWatch, assess, stall_text
+from ddptui.store.store import RankView
+from ddptui.tui.notices import stall_notices
+
+CFG = HealthConfig(stall_after=10.0, straggler_fraction=0.25)
+
+
+def rank(r: int, node: str, heard: float, step: int | None = None) -> RankView:
+    return RankView(r, node, last_line_time=heard, last_step=step,
+                    last_step_time=None if step is None else heard)
+
+
+def test_a_rank_quiet_while_the_others_go_on_is_stalled_alone() -> None:
+    ranks = [rank(0, "a", 99.0), rank(1, "a", 99.5), rank(2, "b", 85.0), rank(3, "b", 89.0)]
+    h = assess(ranks, 100.0, live_nodes={"a", "b"}, config=CFG)
+    assert [h[r].stalled for r in range(4)] == [False, False, True, True]
+    assert not h[2].whole_run and h[2].idle_s == 15.0 and h[2].mark == "stalled"
+    # just under the threshold is not a stall
+    assert not assess(ranks, 94.9, live_nodes={"a", "b"}, config=CFG)[2].stalled
+
+
+def test_every_rank_stopping_together_is_a_whole_run_stall() -> None:
+    ranks = [rank(r, "ab"[r // 2], 80.0 + r) for r in range(4)]
+    h = assess(ranks, 100.0, live_nodes={"a", "b"}, config=CFG)
+    assert all(h[r].stalled and h[r].whole_run for r in range(4))
+
+
+def test_only_running_nodes_are_judged() -> None:
+    ranks = [rank(0, "a", 99.0), rank(1, "b", 0.0)]
+    h = assess(ranks, 100.0, live_nodes={"a"}, config=CFG)
+    assert not h[1].stalled and h[1].idle_s == 100.0
+
+
+def test_a_rank_that_never_reports_steps_is_judged_only_with_the_others() -> None:
+    """Rank 0 reports steps, ranks 1-3 printed only at start (a rank-0-only script)."""
+    ranks = [rank(0, "a", 99.0, step=40)] + [rank(r, "a", 1.0) for r in (1, 2, 3)]
+    assert not any(h.stalled for h in assess(ranks, 100.0, live_nodes={"a"},
+                                             config=CFG).values())
+    ranks[0] = rank(0, "a", 70.0, step=40)  # now rank 0 stopped too: the whole run did
+    assert all(h.stalled for h in assess(ranks, 100.0, live_nodes={"a"}, config=CFG).values())
+
+
+def test_stragglers_by_step_time_against_the_median() -> None:
+    ranks = [RankView(r, "a", last_line_time=99.0, step_time_s=0.1) for r in range(3)]
+    ranks.append(RankView(3, "a", last_line_time=99.0, step_time_s=0.13))
+    h = assess(ranks, 100.0, live_nodes={"a"}, config=CFG)
+    assert h[3].straggler and h[3].mark == "straggler" and not h[0].straggler
+    loose = HealthConfig(straggler_fraction=0.5)
+    assert not assess(ranks, 100.0, live_nodes={"a"}, config=loose)[3].straggler
+
+
+def test_the_watch_tells_a_stall_once_and_its_end_once() -> None:
+    w = StallWatch(CFG)
+    ranks = [rank(0, "a", 100.0), rank(1, "a", 100.0)]
+    assert w.update(ranks, 105.0, {"a"}) == []
+    ranks[0] = rank(0, "a", 120.0)
+    found = w.update(ranks, 120.5, {"a"})
+    assert found == [Stall("a", 1, 120.5, True, 20.5, False)]
+    assert w.update(ranks, 125.0, {"a"}) == []  # still stalled: said once
+    ranks = [rank(0, "a", 130.0), rank(1, "a", 130.0)]  # rank 1 again, 30 s after its last
+    assert w.update(ranks, 130.2, {"a"}) == [Stall("a", 1, 130.2, False, 30.0, False)]
+    assert w.update(ranks, 130.4, {"a"}) == []
+
+
+def test_the_watch_lets_go_silently_of_ranks_that_end() -> None:
+    w = StallWatch(CFG)
+    ranks = [rank(0, "a", 100.0), rank(1, "b", 100.0)]
+    found = w.update(ranks, 111.0, {"a", "b"})
+    assert [(s.rank, s.whole_run) for s in found] == [(0, True), (1, True)]
+    # rank 0 printed its traceback (ending); node b stopped running: no word for either
+    ranks[0] = rank(0, "a", 112.0)
+    assert w.update(ranks, 113.0, {"a"}, ending=[0]) == []
+    assert w.stalled == {}
+    # a dying rank's silence is no new stall either
+    assert w.update(ranks, 200.0, {"a"}, ending=[0]) == []
+
+
+def test_what_ddptui_says_of_a_stall() -> None:
+    alone = Stall("gpu-b", 3, 0.0, True, 12.4, False)
+    assert stall_text(alone) == ("rank 3 on gpu-b stalled: no line or metric for 12 s while "
+                                 "the other ranks go on")
+    whole = Stall("gpu-b", 3, 0.0, True, 125.0, True)
+    assert stall_text(whole).startswith("rank 3 on gpu-b stalled: no rank has printed a line "
+                                        "or metric for 125 s, the whole run stopped together")
+    back = Stall("gpu-b", 3, 0.0, False, 40.0, False)
+    assert stall_text(back) == "rank 3 on gpu-b is going again after 40 s without a line or metric"
+    out = io.StringIO()
+    Printer(out)(Batch("gpu-b", [alone, back], {}))
+    assert out.getvalue().splitlines() == [f"[gpu-b ddptui] ⚠ {stall_text(alone)}",
+                                           f"[gpu-b ddptui] {stall_text(back)}"]
+
+
+def test_toasts_group_a_whole_run_stall() -> None:
+    stalls = [Stall("a", r, 0.0, True, 5.0, True) for r in range(3)]
+    stalls.append(Stall("b", 7, 0.0, False, 9.0, False))
+    notices = stall_notices(stalls)
+    assert len(notices) == 2
+    assert notices[0].severity == "warning" and notices[0].title == "The run stalled"
+    assert "Stalled ranks: 0 (a), 1 (a), 2 (a). Press k" in notices[0].message
+    assert notices[1].message == stall_text(stalls[-1])
+    alone = stall_notices([Stall("b", 2, 0.0, True, 5.0, False)])[0]
+    assert alone.title == "Rank stalled" and "rank 2 on b stalled" in alone.message
+
+
+# py-spy 0.4.3's dumps of a hung run on the namespace cluster (2 x 2 ranks, gloo): rank 3
+# slept before the all_reduce the other three waited in.
+WAITING = """Process 12688: /usr/bin/python3 -u /w/job.py
+Python v3.11.7 (/root/.pyenv/versions/3.11.7/bin/python3.11)
+
+Thread 12688 (idle): "MainThread"
+    all_reduce (torch/distributed/distributed_c10d.py:3252)
+    _exception_logger.<locals>.wrapper (torch/distributed/c10d_logger.py:83)
+    <module> (job.py:18)
+"""
+SLEEPING = """Process 12696: /usr/bin/python3 -u /w/job.py
+Python v3.11.7 (/root/.pyenv/versions/3.11.7/bin/python3.11)
+
+Thread 12696 (idle): "MainThread"
+    wait_forever (job.py:8)
+    <module> (job.py:17)
+"""
+
+
+def recorded() -> Stacks:
+    return Stacks("run-1", 0.0, [
+        NodeStacks("node1", [RankStack("node1", 0, 0, 12688, WAITING),
+                             RankStack("node1", 1, 1, 12691, WAITING)]),
+        NodeStacks("node2", [RankStack("node2", 2, 0, 12689, WAITING),
+                             RankStack("node2", 3, 1, 12696, SLEEPING)]),
+    ])
+
+
+def test_the_stacks_name_the_rank_outside_any_collective() -> None:
+    assert main_frames(SLEEPING) == ["wait_forever (job.py:8)", "<module> (job.py:17)"]
+    assert read_stacks(recorded()) == (
+        "ddptui: rank 3 on node2 (in wait_forever (job.py:8)) is in no collective while "
+        "ranks 0, 1, 2 wait in one: look there first")
+    lines = stacks_lines(recorded())
+    assert lines[0].startswith("ddptui: rank 3 on node2") and "rank 3 on node2 (pid 12696):" \
+        in lines and "      wait_forever (job.py:8)" in lines
+    one = stacks_lines(recorded(), rank=3)
+    assert one[0] == "rank 3 on node2 (pid 12696):" and "rank 0 on node1 (pid 12688):" not in one
+    # every rank in a collective, or only one rank seen: nothing to single out
+    every_waits = Stacks("r", 0.0, [NodeStacks("a", [RankStack("a", 0, 0, 1, WAITING)])])
+    assert read_stacks(every_waits) == ""
+
+
+def test_a_thread_other_than_main_does_not_count() -> None:
+    two = SLEEPING + 'Thread 99 (idle): "pin_memory"\n    all_reduce (torch/distributed/x.py:1)\n'
+    assert main_frames(two) == ["wait_forever (job.py:8)", "<module> (job.py:17)"]
+
+
+def test_what_a_node_answers() -> None:
+    ok = parse_stacks("n", "/venv/bin/python", 'banner\n{"py_spy": "/venv/bin/py-spy", '
+                      '"python": "/venv/bin/python", "ranks": [{"rank": 2, "local_rank": 0, '
+                      '"pid": 7, "stack": "x", "error": ""}]}\n')
+    assert ok == NodeStacks("n", [RankStack("n", 2, 0, 7, "x")])
+    none = parse_stacks("n", "/venv/bin/python", '{"py_spy": null, "python": "/venv/bin/python",'
+                        ' "ranks": [{"rank": 2, "local_rank": 0, "pid": 7, "stack": "", '
+                        '"error": ""}]}')
+    assert none.problem == ("py-spy is not on n: pip install py-spy in the node's environment "
+                            "(the one of /venv/bin/python)")
+    assert stacks_lines(Stacks("r", 0.0, [none])) == [none.problem]
+    gone = parse_stacks("n", "py", '{"py_spy": "/x", "python": "py", "ranks": []}')
+    assert gone.problem == "no rank process of this run is alive on n"
+    broken = parse_stacks("n", "py", "", "ddptui: no such interpreter: py\n")
+    assert broken.problem == "the stacks program failed on n: ddptui: no such interpreter: py"
+    refused = RankStack("n", 1, 1, 9, "", "Permission denied (os error 13)")
+    assert stacks_lines(Stacks("r", 0.0, [NodeStacks("n", [refused])])) == [
+        "rank 1 on n (pid 9): py-spy could not read it: Permission denied (os error 13)"]
+
+
+def test_the_command_quotes_what_it_is_given() -> None:
+    cmd = stacks_cmd("/opt/my env/python", "run-1", 1, {3, 1})
+    assert "'/opt/my env/python'" in cmd and "DDPTUI_RUN=run-1/1 1,3 10" in cmd
+    assert rundir.stacks_file(Path("/r"), "20261122-201503-001") == Path(
+        "/r/stacks/stacks-20261122-201503-001.txt")
+
+
+SPY = Path(sys.executable).with_name("py-spy")
+
+
+@pytest.mark.skipif(not SPY.exists(), reason="py-spy is in the test extra")
+def test_the_node_program_finds_the_ranks_by_marker_and_reads_their_stacks() -> None:
+    """Run as a node runs it: a marked process with torchrun's RANK, and its child with the
+    same RANK (as a data loader's worker has), and an unmarked one."""
+    body = ("import os, time\n"
+            "def in_the_rank():\n"
+            "    if os.environ.get('CHILD'):\n"
+            "        time.sleep(60)\n"
+            "    import subprocess, sys\n"
+            "    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],\n"
+            "                     env={**os.environ, 'CHILD': '1'})\n"
+            "    time.sleep(60)\n"
+            "in_the_rank()\n")
+    env = {**os.environ, "DDPTUI_RUN": "run-x/0", "RANK": "5", "LOCAL_RANK": "1"}
+    ranked = subprocess.Popen([sys.executable, "-c", body], env=env, start_new_session=True)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             env={**os.environ, "RANK": "5"})
+    try:
+        time.sleep(1.0)
+        res = subprocess.run([sys.executable, "-c", STACKS_SRC, "DDPTUI_RUN=run-x/0", "", "10"],
+                             capture_output=True, text=True, timeout=30,
+                             env={**os.environ, "PATH": f"{SPY.parent}:{os.environ['PATH']}"})
+        got = parse_stacks("here", sys.executable, res.stdout, res.stderr)
+        assert got.problem == "" and len(got.ranks) == 1, (got, res.stderr)
+        s = got.ranks[0]
+        assert (s.rank, s.local_rank, s.pid) == (5, 1, ranked.pid)
+        assert "in_the_rank (<string>:8)" in s.stack, s.stack
+    finally:
+        os.killpg(ranked.pid, signal.SIGKILL)  # the rank and its child, which we started
+        other.kill()
+        for p in (ranked, other):
+            p.wait(10)

@@ -169,6 +169,8 @@ class NcclScreen(ModalScreen[None]):
 
     def show(self, facts: NcclFacts | None) -> None:
         """Draw ``facts`` (None: the handle could not say; the replica's lines then)."""
+        if not self.is_attached:  # closed while the engine was answering
+            return
         if facts is None:
             facts = facts_from_store(self.owner.store)
         order = {v.name: i for i, v in enumerate(self.owner.store.node_views())}

@@ -199,9 +199,8 @@ _ERROR_RE = re.compile(
 # `UserWarning: x`, Python's `file.py:88: UserWarning: x`, `WARNING ...`, `warning: ...`
 _WARN_RE = re.compile(r"(^|: )(\[rank\d+\]: )?[\w.]*Warning: |\bWARN(ING)?\b|^[Ww]arning:")
 _RESTART_RE = re.compile(r"Worker group (FAILED|UNHEALTHY)\. (\d+)/(\d+) attempts left")
-# A restart started by another node: healthy workers are restarted too so that every node
-# joins the new round. torch counts no attempt for it (TORCHELASTIC_RESTART_COUNT stays), but
-# it is the same restart of the job, so ddptui counts it as one: every node shows one attempt.
+# Healthy workers restarted so that another node's may rejoin: torch counts no attempt, ddptui
+# does (it is the same restart of the job), so every node shows the same attempt.
 _FOLLOW_RESTART_RE = re.compile(r"Detected (\d+) new nodes from group_rank=\d+; will restart")
 _CHILD_FAILED_RE = re.compile(
     r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)"
@@ -340,14 +339,12 @@ class NodeLogParser:
                             self.attempt)]
         level = classify_level(line)
         m = _RESTART_RE.search(line)
-        joined = _FOLLOW_RESTART_RE.search(line) if m is None and "Detected" in line else None
-        if m is not None or joined is not None:
+        if m is not None or ("Detected" in line and _FOLLOW_RESTART_RE.search(line)):
             self.attempt += 1
             level = Level.WARNING
-            why = (f"restart {self.attempt} of {m.group(3)}" if m is not None else
-                   f"restart {self.attempt}: another node restarted its workers")
-            out.append(NodeState(self.node, NodeStatus.RESTARTING, time, why,
-                                 attempt=self.attempt))
+            why = f" of {m.group(3)}" if m is not None else ": another node restarted its workers"
+            out.append(NodeState(self.node, NodeStatus.RESTARTING, time,
+                                 f"restart {self.attempt}{why}", attempt=self.attempt))
         m = _CHILD_FAILED_RE.search(line)
         if m is not None:
             self.child_exits[int(m.group(2))] = int(m.group(1))

@@ -104,7 +104,7 @@ def test_torchs_boilerplate_is_never_a_failure_head() -> None:
 def fake_ctl(result: RunResult, status: str) -> SimpleNamespace:
     info = SimpleNamespace(status=status)
     return SimpleNamespace(run_id="r7", wait=lambda _t: result,
-                           store=SimpleNamespace(run_info=lambda: info))
+                           store=SimpleNamespace(run_info=lambda: info), reaper=None)
 
 
 def test_a_run_that_succeeds_prints_as_before() -> None:

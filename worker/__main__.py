@@ -55,7 +55,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     stop = on_sigterm()
     code = 0
     try:
-        backend = init_process_group(env, ids)
+        backend, env = init_process_group(env, ids)
+        emit.attempt = env.attempt  # the attempt all ranks agree on, not this node's count
         if args.mode == "allreduce":
             code = allreduce.run(args, env, devices_for(ids)[0], backend, emit)
         else:

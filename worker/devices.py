@@ -7,11 +7,13 @@ a CPU-only machine; the rest is the smallest amount of torch glue around it.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
+from . import generation
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,35 +88,39 @@ def ddp_device_ids(ids: list[int]) -> list[int] | None:
     return ids if len(ids) == 1 else None
 
 
-def attempt_store(env: Env) -> dist.Store:
-    """The agent's store, namespaced by restart attempt.
+def attempt_store(env: Env) -> tuple[dist.Store, int]:
+    """The agent's store, namespaced by restart attempt, and that attempt.
 
     torchrun keeps one rendezvous store for all attempts, so a restarted group would read
     the previous attempt's gloo/NCCL addresses (seen with torch 2.13 and a c10d endpoint:
     "Gloo connectFullMesh failed ... Connection refused"). A prefix per attempt avoids it.
+    The attempt is the one all ranks agree on (:mod:`.generation`), not the node's own count.
     """
     store = dist.TCPStore(
         os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), env.world_size,
         is_master=False, timeout=timedelta(minutes=10),
     )
-    return dist.PrefixStore(f"/ddptui/attempt_{env.attempt}", store)
+    attempt = generation.agree(store, env.rank)
+    return dist.PrefixStore(f"/ddptui/attempt_{attempt}", store), attempt
 
 
-def init_process_group(env: Env, ids: list[int]) -> str:
+def init_process_group(env: Env, ids: list[int]) -> tuple[str, Env]:
+    """The process group, and ``env`` with the attempt every rank agrees on."""
     backend = backend_for(ids)
     if ids:
         torch.cuda.set_device(ids[0])
     if dist.is_initialized():
-        return backend
+        return backend, env
     if env.world_size == 1 and "MASTER_ADDR" not in os.environ:
         # Started without torchrun: a one-process group needs no rendezvous.
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     elif os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-        dist.init_process_group(backend, store=attempt_store(env), rank=env.rank,
-                                world_size=env.world_size)
+        store, attempt = attempt_store(env)
+        dist.init_process_group(backend, store=store, rank=env.rank, world_size=env.world_size)
+        env = replace(env, attempt=attempt)
     else:
         dist.init_process_group(backend, rank=env.rank, world_size=env.world_size)
-    return backend
+    return backend, env
 
 
 def destroy_process_group() -> None:

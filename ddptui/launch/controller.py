@@ -253,6 +253,7 @@ class Controller:
         if code != 0 and not stopped:  # a run a person stopped has no cause to find
             world = self.plan.world_size if self.plan else self._meta.get("world_size")
             found, why_not = self.evidence.diagnose(names, world, code)
+        self.reaper = liveness.reap(self, self.config.health.lost_after)  # before the result
         self.result = RunResult(code, failures, codes, stopped, found)
         status = RunStatus.STOPPED if stopped else (
             RunStatus.FINISHED if code == 0 else RunStatus.FAILED)
@@ -262,7 +263,6 @@ class Controller:
                          **self.evidence.nccl.meta())
         self.samplers.end()
         self.store.close()
-        self.reaper = liveness.reap(self, self.config.health.lost_after)
         self._close_transports()
         self._done.set()
 

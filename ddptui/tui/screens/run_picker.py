@@ -22,7 +22,7 @@ def run_label(run: RunSummary) -> str:
     nodes = ",".join(run.nodes)
     if len(nodes) > 24:
         nodes = nodes[:23] + "…"
-    return f"{run.run_id}  {run.status:<9} {when}  world {run.world_size}  {nodes}"
+    return f"{run.run_id}  {run.shown_status:<9} {when}  world {run.world_size}  {nodes}"
 
 
 class RunPicker(DialogScreen[str | None]):

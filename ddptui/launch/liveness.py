@@ -1,0 +1,177 @@
+"""Lost nodes: a node silent for ``health.lost_after`` seconds is lost, and the run ends.
+
+**Silence, not errors.** A node is lost when ddptui has heard nothing from it (no log read,
+no liveness answer) for ``lost_after`` seconds, whatever the reason: a dead machine, a
+killed sshd, a cut cable. The judge is a thread of its own (:class:`Watch`), not the node's
+follower: on a partitioned link a read does not fail, it blocks (SFTP waits a minute), and a
+blocked thread cannot notice its own silence. Shorter silences cost nothing: the follower
+resumes at its byte offset, so no line is lost or read twice.
+
+**The run ends.** The world size is fixed (``--nnodes N``), so the other nodes' ranks cannot
+go on without the lost one: they would wait in a collective until its timeout (half an hour
+with gloo's default). So once a node is lost, the watch stops every node still running
+(SIGTERM, ``job.stop_grace``, SIGKILL) and the run ends as failed, exit code
+:data:`LOST_EXIT`, with the lost node as the diagnosis's cause. If the others have already
+exited, the run simply ends.
+
+**What the lost node left running.** Its processes may well be alive behind the partition,
+holding GPUs. After the run's end a :class:`Reaper` keeps trying to reach every lost node for
+:data:`REAP_FACTOR` × ``lost_after`` seconds and stops what it finds there; ``run.json``
+lists the nodes it has not reached yet under ``unstopped``. The headless face waits for the
+reaper (Ctrl-C leaves it); the dashboard's engine keeps it running while the dashboard is
+open. A node that stays away longer is stopped by ``ddptui stop RUN_ID`` once it answers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from ddptui.events import Level, NodeStatus
+from ddptui.launch import nodeops
+from ddptui.launch.reach import connect, map_at_once
+from ddptui.transport.base import Transport
+
+if TYPE_CHECKING:
+    from ddptui.launch.controller import Controller
+
+#: The exit code of a run that ended because a node was lost (as ssh's for a lost link).
+LOST_EXIT = 255
+#: After the run's end, lost nodes are sought for this many times ``lost_after``.
+REAP_FACTOR = 3
+TICK_S = 0.25
+
+
+def close_later(transport: Transport | None) -> None:
+    """Close a lost node's connection without waiting: a read blocked on the dead link holds
+    the connection's lock until its own timeout."""
+    if transport is not None:
+        threading.Thread(target=transport.close, name="ddptui-close", daemon=True).start()
+
+
+class Watch(threading.Thread):
+    """Declares silent nodes lost and ends the run around them (see the module's docstring)."""
+
+    def __init__(self, ctl: Controller, lost_after: float, tick: float = TICK_S) -> None:
+        super().__init__(name="ddptui-liveness", daemon=True)
+        self.ctl = ctl
+        self.lost_after = lost_after
+        self.tick = tick
+        self.lost: list[str] = []  # nodes declared lost, in the order they were
+
+    def run(self) -> None:
+        followers = self.ctl._followers
+        while not self.ctl._done.wait(self.tick):
+            if followers and all(f.halt.is_set() for f in followers.values()):
+                return  # detached, or every node over
+            now = time.monotonic()
+            for name, f in list(followers.items()):
+                silent = now - f.last_heard
+                if f.ended or f.halt.is_set() or silent < self.lost_after:
+                    continue
+                why = f"; last error: {f.trouble}" if f.trouble else ""
+                if f.give_up(f"lost: no answer for {silent:.0f} s (health.lost_after is "
+                             f"{self.lost_after:g} s){why}"):
+                    self.lost.append(name)
+                    close_later(self.ctl.transports.pop(name, None))
+                    self._end_run(name)
+
+    def _end_run(self, lost: str) -> None:
+        """Stop the nodes still running: their ranks cannot go on without ``lost``."""
+        ctl = self.ctl
+        others = [n for n, f in ctl._followers.items() if not f.halt.is_set()]
+        if not others or ctl._stopping.is_set():
+            return
+        grace = ctl.config.job.stop_grace
+        for n in others:
+            ctl.node_state(n, NodeStatus.STOPPING, f"node {lost} was lost and the run cannot "
+                                                   f"go on without it: SIGTERM, then SIGKILL "
+                                                   f"after {grace:g} s")
+
+        def stop(name: str) -> None:
+            try:
+                ctl._stop_node(name, grace)
+            except Exception as e:  # unreachable too: the watch will declare it lost in turn
+                ctl._publish_note(name, f"could not stop node {name}: {e}", Level.ERROR)
+
+        threading.Thread(target=map_at_once, args=(others, stop), name="ddptui-end-run",
+                         daemon=True).start()
+
+
+def lost_nodes(ctl: Controller) -> list[str]:
+    """Nodes whose end is ``lost``: declared by the watch, or unreachable for a stop."""
+    return [n for n, f in ctl._finished.items() if f.status is NodeStatus.LOST]
+
+
+def stop_remote(ctl: Controller, name: str, transport: Transport, grace: float) -> list[int]:
+    """Stop the run's processes on one node through ``transport``; what is still alive."""
+    res = transport.run(nodeops.stop_cmd(ctl.config.node(name).python, ctl.run_id,
+                                         ctl._rank_of(name), grace, ctl._pgids.get(name),
+                                         ctl._node_dir(name)), timeout=grace + 60)
+    parsed = nodeops.parse_stop(res.stdout)
+    if parsed is None:
+        raise OSError(f"the stop command failed on {name} (exit code {res.exit_code}): "
+                      f"{res.stderr.strip()}")
+    return parsed.leftover
+
+
+class Reaper(threading.Thread):
+    """After the run's end: reach each lost node within ``seconds`` and stop what is left."""
+
+    def __init__(self, ctl: Controller, names: list[str], seconds: float,
+                 retry: float = 1.0) -> None:
+        super().__init__(name="ddptui-reaper", daemon=True)
+        self.ctl = ctl
+        self.pending = list(names)
+        self.seconds = seconds
+        self.retry = retry
+        self.cancel = threading.Event()
+        self.report: dict[str, str] = {}  # node -> what was done there, in ddptui's words
+
+    def run(self) -> None:
+        ctl = self.ctl
+        end = time.monotonic() + self.seconds
+        grace = ctl.config.job.stop_grace
+        while self.pending and not self.cancel.is_set():
+            for name in list(self.pending):
+                transport = None
+                try:
+                    transport = connect(ctl.config.node(name), ctl.config)
+                    left = stop_remote(ctl, name, transport, grace)
+                except Exception:
+                    continue
+                finally:
+                    if transport is not None:
+                        with contextlib.suppress(Exception):
+                            transport.close()
+                self.pending.remove(name)
+                self.report[name] = ("reached again; nothing of the run is left there"
+                                     if not left else
+                                     f"reached again, but processes {left} are still alive")
+                self._record()
+            if time.monotonic() >= end or self.cancel.wait(self.retry):
+                break
+        for name in self.pending:
+            self.report[name] = (f"not reached within {self.seconds:g} s: what the run left "
+                                 f"there may still run; `ddptui stop {ctl.run_id}` stops it "
+                                 "once the node answers")
+
+    def _record(self) -> None:
+        for name, what in self.report.items():
+            self.ctl._meta["nodes"][name]["cleanup"] = what
+        self.ctl.write_meta(unstopped=list(self.pending))
+
+
+def reap(ctl: Controller, lost_after: float) -> Reaper | None:
+    """Start seeking the run's lost nodes, if any (called once the run has ended)."""
+    names = [n for n in lost_nodes(ctl) if n in ctl._meta.get("nodes", {})]
+    if not names:
+        return None
+    ctl.write_meta(unstopped=names)
+    for n in names:  # the connection of a node given up by a stop may be blocked as well
+        close_later(ctl.transports.pop(n, None))
+    reaper = Reaper(ctl, names, REAP_FACTOR * lost_after)
+    reaper.start()
+    return reaper

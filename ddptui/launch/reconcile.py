@@ -1,0 +1,215 @@
+"""Stale runs settled: ``run.json`` says a run is live, but its controller is gone.
+
+A controller that dies (a closed terminal right after a stop, a SIGKILL, a reboot) cannot
+record the run's end, so the run would be listed as running for good. It is settled in two
+steps, so that a listing never waits on a network:
+
+1. **Locally, at every listing** (:func:`settle_locally`). The mirror's ``events.jsonl``
+   holds every node state the controller applied. When each node's end is among them, the
+   run's end is known and recorded in ``run.json``; otherwise the run is shown as
+   ``running?`` (see :class:`ddptui.store.runs.RunSummary`).
+2. **On its nodes, on request** (:func:`check_run`: ``ddptui logs --check``). Each node is
+   asked what is left of the run there: processes carrying its marker, the exit code
+   ``launch.sh`` wrote, whether a stop was requested. Nothing alive on any node: the end is
+   recorded. Something alive: the run is ``detached`` (``ddptui attach`` follows it, ``ddptui
+   stop`` ends it). A node that does not answer leaves the run ``running?``.
+
+``ddptui attach`` and ``ddptui stop`` settle a stale run by themselves: the followers read
+each node to its end, and a stop ends it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddptui.events import NodeStatus, RunStatus
+from ddptui.launch import nodeops
+from ddptui.launch.outcome import STOPPED_EXIT, run_exit_code
+from ddptui.store import rundir
+from ddptui.store.runs import RunSummary, list_runs, read_run, summary_of, write_run
+
+CHECK_SRC = r"""
+import json, os, sys
+marker, exit_path, stop_path = sys.argv[1].encode(), sys.argv[2], sys.argv[3]
+me = os.getpid()
+alive = []
+for d in os.listdir("/proc"):
+    if not d.isdigit() or int(d) == me:
+        continue
+    try:
+        with open("/proc/" + d + "/environ", "rb") as f:
+            env = f.read().split(b"\0")
+        with open("/proc/" + d + "/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        continue
+    fields = stat[stat.rfind(b")") + 2:].split()
+    if marker in env and not (fields and fields[0] == b"Z"):
+        alive.append(int(d))
+try:
+    with open(exit_path) as f:
+        code = f.read().strip()
+except OSError:
+    code = ""
+print(json.dumps({"alive": sorted(alive), "stop_requested": os.path.exists(stop_path),
+                  "exit_code": int(code) if code.lstrip("-").isdigit() else None}))
+"""
+
+
+@dataclass
+class NodeEnd:
+    status: NodeStatus
+    exit_code: int | None
+
+
+@dataclass
+class Checked:
+    """What the nodes of one run said; ``settled`` is the status recorded, if any."""
+
+    run_id: str
+    alive: dict[str, list[int]] = field(default_factory=dict)
+    unreachable: dict[str, str] = field(default_factory=dict)
+    settled: RunStatus | None = None
+
+    def text(self) -> str:
+        if self.settled is not None:
+            return f"run {self.run_id}: nothing of it runs on its nodes; recorded as {self.settled}"
+        if self.alive:
+            where = ", ".join(f"{n} ({len(p)} processes)" for n, p in self.alive.items())
+            return (f"run {self.run_id}: still running on {where} without a controller; "
+                    f"`ddptui attach {self.run_id}` follows it, `ddptui stop {self.run_id}` "
+                    "ends it")
+        where = "; ".join(f"{n}: {e}" for n, e in self.unreachable.items())
+        return f"run {self.run_id}: could not ask every node ({where}); its status is unknown"
+
+
+def node_status(code: int | None, stop_requested: bool) -> NodeStatus:
+    if stop_requested:
+        return NodeStatus.STOPPED
+    if code is None:
+        return NodeStatus.LOST
+    return NodeStatus.EXITED if code == 0 else NodeStatus.FAILED
+
+
+def run_end(names: list[str], ends: Mapping[str, NodeEnd]) -> tuple[RunStatus, int]:
+    """The run's status and exit code from every node's end, as the controller concludes."""
+    stopped = any(e.status is NodeStatus.STOPPED for e in ends.values())
+    code = run_exit_code({n: e.exit_code for n, e in ends.items()}, [], names, stopped)
+    if stopped:
+        return RunStatus.STOPPED, STOPPED_EXIT
+    return (RunStatus.FINISHED if code == 0 else RunStatus.FAILED), code
+
+
+def recorded_ends(run_dir: Path) -> tuple[dict[str, NodeEnd], float | None]:
+    """Each node's last recorded state, if it is an end; and the time of the last one."""
+    last: dict[str, NodeEnd] = {}
+    when = None
+    try:
+        with open(run_dir / rundir.EVENTS, "rb") as f:
+            for raw in f:
+                if b'"node_state"' not in raw:
+                    continue
+                try:
+                    rec = json.loads(raw)
+                    status = NodeStatus(rec["status"])
+                except (ValueError, KeyError):
+                    continue  # a torn last line of a killed controller
+                last[str(rec["node"])] = NodeEnd(status, rec.get("exit_code"))
+                when = rec.get("time", when)
+    except OSError:
+        return {}, None
+    ends = {n: e for n, e in last.items() if e.status.finished or e.status is NodeStatus.LOST}
+    return ends, when
+
+
+def record_end(root: Path, run_id: str, meta: dict[str, Any], status: RunStatus, code: int,
+               ends: Mapping[str, NodeEnd], how: str, ended_at: float | None) -> None:
+    meta.update(status=str(status), exit_code=code,
+                node_exit_codes={n: e.exit_code for n, e in ends.items()},
+                ended_at=meta.get("ended_at") or ended_at,
+                reconciled={"at": time.time(), "by": how, "alive": {}})
+    write_run(rundir.run_dir(root, run_id), meta)
+
+
+def settle_locally(root: Path, run: RunSummary) -> RunSummary:
+    """A stale run whose every node's end was recorded gets its end written; no node asked."""
+    if not run.stale:
+        return run
+    d = rundir.run_dir(root, run.run_id)
+    try:
+        meta = read_run(root, run.run_id)
+    except (OSError, ValueError):
+        return run
+    names = [str(n.get("name")) for n in meta.get("nodes", [])]
+    ends, when = recorded_ends(d)
+    if not names or any(n not in ends for n in names):
+        return run
+    status, code = run_end(names, ends)
+    record_end(root, run.run_id, meta, status, code, ends,
+               "its controller was gone; every node's end had been recorded", when)
+    return summary_of(d, meta)
+
+
+def list_settled(root: Path) -> list[RunSummary]:
+    """:func:`ddptui.store.runs.list_runs`, with stale runs settled from local facts."""
+    return [settle_locally(root, r) for r in list_runs(root)]
+
+
+def _ask(meta: dict[str, Any], run_id: str, node: dict[str, Any]) -> dict[str, Any]:
+    from ddptui.config import HostsConfig
+    from ddptui.launch.reach import connect
+
+    config = HostsConfig.from_dict(meta["config"])
+    cfg = config.node(str(node["name"]))
+    transport = connect(cfg, config)
+    try:
+        ndir = str(node["run_dir"])
+        res = transport.run(nodeops.python_cmd(
+            cfg.python, CHECK_SRC, nodeops.marker(run_id, int(node["node_rank"])),
+            rundir.in_node_dir(ndir, rundir.EXIT_CODE),
+            rundir.in_node_dir(ndir, rundir.STOP_REQUESTED)), timeout=30)
+    finally:
+        transport.close()
+    for line in reversed(res.stdout.strip().splitlines()):
+        try:
+            found = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(found, dict) and "alive" in found:
+            return found
+    raise OSError(f"the check failed there (exit code {res.exit_code}): {res.stderr.strip()}")
+
+
+def check_run(root: Path, run_id: str) -> Checked:
+    """Ask every node of a run what is left of it; record the end when nothing is."""
+    from ddptui.launch.reach import map_at_once
+
+    meta = read_run(root, run_id)
+    nodes = list(meta.get("nodes", []))
+    out = Checked(run_id)
+    ends: dict[str, NodeEnd] = {}
+    answers = map_at_once(nodes, lambda n: _ask(meta, run_id, n))
+    for node, got in zip(nodes, answers, strict=True):
+        name = str(node["name"])
+        if isinstance(got, BaseException):
+            out.unreachable[name] = str(got).split("\n")[0]
+        elif got["alive"]:
+            out.alive[name] = list(got["alive"])
+        else:
+            ends[name] = NodeEnd(node_status(got["exit_code"], got["stop_requested"]),
+                                 got["exit_code"])
+    if out.alive or out.unreachable or not nodes:
+        meta["reconciled"] = {"at": time.time(), "by": "ddptui logs --check",
+                              "alive": out.alive, "unreachable": out.unreachable}
+        write_run(rundir.run_dir(root, run_id), meta)
+        return out
+    names = [str(n["name"]) for n in nodes]
+    out.settled, code = run_end(names, ends)
+    record_end(root, run_id, meta, out.settled, code, ends,
+               "ddptui logs --check: nothing of the run was left on its nodes", time.time())
+    return out

@@ -1,0 +1,138 @@
+"""Lost nodes end the run: a killed host, a short partition, a long one (real sshd, torchrun).
+
+A partition is the host's veth taken down in the root namespace: its address stops
+answering, TCP connections stall rather than fail, as behind a cut cable.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster import Cluster, ClusterFactory
+from jobs import marked_pids, run_id_of, seqs, spawn_ddptui, write_job
+from test_ssh_run import hosts, only_sshd_left, wait_until
+
+pytestmark = [pytest.mark.cluster, pytest.mark.torchrun]
+
+
+def lost_hosts(c: Cluster, tmp: Path, lost_after: float, lines: int,
+               delay: float = 0.05) -> Path:
+    d: dict[str, Any] = hosts(c, tmp, env={"JOB_LINES": str(lines), "JOB_DELAY": str(delay)})
+    d["health"] = {"lost_after": lost_after}
+    d["job"]["stop_grace"] = 2
+    d["ssh"]["connect_timeout"] = 2
+    job = tmp / "job"  # the project synced to the nodes: not the cluster's own files
+    job.mkdir()
+    return write_job(job, d)
+
+
+def link(c: Cluster, host: str, state: str) -> None:
+    subprocess.run(["ip", "link", "set", c[host].veth, state], check=True, timeout=10)
+
+
+def summary(out: str) -> list[str]:
+    """What the headless face says after the last line of the run."""
+    lines = out.splitlines()
+    last = max(i for i, ln in enumerate(lines) if ln.startswith("["))
+    return lines[last + 1:]
+
+
+def wait_for(proc: subprocess.Popen[bytes], out: Path, text: str, timeout: float) -> None:
+    end = time.monotonic() + timeout
+    while text not in out.read_text(errors="replace"):
+        if time.monotonic() > end or proc.poll() is not None:
+            raise AssertionError(f"no {text!r} within {timeout} s:\n"
+                                 + out.read_text(errors="replace")[-4000:])
+        time.sleep(0.2)
+
+
+def read_meta(state: Path, run_id: str) -> dict[str, Any]:
+    return json.loads((state / "runs" / run_id / "run.json").read_text())
+
+
+def test_a_killed_node_ends_the_run_naming_it(cluster_factory: ClusterFactory,
+                                              tmp_path: Path) -> None:
+    c = cluster_factory(2)
+    state, out = tmp_path / "state", tmp_path / "run.out"
+    proc = spawn_ddptui("run", str(lost_hosts(c, tmp_path, 4, 100000)), "--headless",
+                        state=state, out=out)
+    try:
+        wait_for(proc, out, "[seq 5] rank 3", 120)
+        t0 = time.monotonic()
+        c.stop_host("node2")  # every process in it killed, its cable cut
+        wait_for(proc, out, "ddptui: trying for up to", 40)
+        took = time.monotonic() - t0
+        proc.send_signal(signal.SIGINT)  # leave node2 as it is: it is dead
+        assert proc.wait(30) == 255
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = out.read_text()
+    said = summary(text)
+    assert said[0].startswith("ddptui: node node2 was lost"), text[-3000:]
+    assert took < 4 + 15, took
+    assert "[node2] ── lost (lost: no answer for" in text
+    meta = read_meta(state, run_id_of(text))
+    assert meta["status"] == "failed" and meta["exit_code"] == 255
+    assert meta["diagnosis"]["node"] == "node2" and meta["unstopped"] == ["node2"]
+    assert "node2 left as they are; `ddptui stop" in text
+    wait_until(lambda: only_sshd_left(c), 10, "node1 to hold nothing of the run")
+
+
+def test_a_partition_shorter_than_lost_after_loses_and_repeats_no_line(
+        cluster_factory: ClusterFactory, tmp_path: Path) -> None:
+    c = cluster_factory(2)
+    n = 80
+    state, out = tmp_path / "state", tmp_path / "run.out"
+    proc = spawn_ddptui("run", str(lost_hosts(c, tmp_path, 12, n, delay=0.1)), "--headless",
+                        state=state, out=out)
+    try:
+        wait_for(proc, out, "[seq 10] rank 3", 120)
+        link(c, "node2", "down")
+        time.sleep(2.5)
+        link(c, "node2", "up")
+        assert proc.wait(120) == 0, out.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = out.read_text()
+    assert "── lost" not in text
+    run = state / "runs" / run_id_of(text)
+    for rank in range(4):
+        assert seqs(run / "ranks" / f"rank{rank}.log") == list(range(n)), rank
+        shown = [ln for ln in text.splitlines() if ln.endswith(f"rank {rank} says hello")]
+        assert len(shown) == n, rank
+
+
+def test_a_long_partition_fails_the_run_and_nothing_is_left_after_heal(
+        cluster_factory: ClusterFactory, tmp_path: Path) -> None:
+    c = cluster_factory(2)
+    state, out = tmp_path / "state", tmp_path / "run.out"
+    proc = spawn_ddptui("run", str(lost_hosts(c, tmp_path, 4, 100000)), "--headless",
+                        state=state, out=out)
+    try:
+        wait_for(proc, out, "[seq 5] rank 3", 120)
+        link(c, "node2", "down")
+        wait_for(proc, out, "ddptui: trying for up to", 40)
+        run_id = run_id_of(out.read_text())
+        assert marked_pids(run_id), "node2's part goes on behind the partition"
+        link(c, "node2", "up")
+        assert proc.wait(60) == 255
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        link(c, "node2", "up")
+    text = out.read_text()
+    assert summary(text)[0].startswith("ddptui: node node2 was lost"), text[-3000:]
+    assert "ddptui: node node2: reached again; nothing of the run is left there" in text
+    assert marked_pids(run_id) == []
+    wait_until(lambda: only_sshd_left(c), 10, "both hosts to hold nothing of the run")
+    meta = read_meta(state, run_id)
+    assert meta["status"] == "failed" and meta["unstopped"] == []
+    assert "reached again" in next(n for n in meta["nodes"] if n["name"] == "node2")["cleanup"]

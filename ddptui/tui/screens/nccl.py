@@ -104,7 +104,7 @@ class NcclScreen(ModalScreen[None]):
     }
 
     NcclScreen #nccl-rank-list {
-        width: 32;
+        width: 28;
         height: 100%;
     }
 

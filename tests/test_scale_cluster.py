@@ -8,14 +8,20 @@ benchmark (bench/launch.py) relies on at up to 16 hosts, at a size the CI can af
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
-from cluster import Cluster, ClusterFactory
+from cluster import Cluster
 from jobs import ddptui
+
+from ddptui.config import NodeConfig, SSHOptions
+from ddptui.transport.ssh.tailread import STREAM_READ_MIN
+from ddptui.transport.ssh.transport import SSHTransport
 
 pytestmark = [pytest.mark.cluster, pytest.mark.torchrun]
 HOSTS = 8
@@ -23,20 +29,49 @@ SCRIPT = "import os\nprint(f\"hello from rank {os.environ['RANK']}\", flush=True
 _ports = itertools.count(29900)
 
 
-def test_cluster_of_eight_builds_fast_and_each_host_answers(
-        cluster_factory: ClusterFactory) -> None:
+@pytest.fixture(scope="module")
+def cluster8(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, float]]:
+    """Eight hosts for this module, and how long they took to build."""
+    if os.geteuid() != 0 and not os.environ.get("CI"):
+        pytest.skip("cluster tests need root; they run as root and in CI")
     t0 = time.monotonic()
-    c: Cluster = cluster_factory(HOSTS)
-    built = time.monotonic() - t0
+    c = Cluster.create(tmp_path_factory.mktemp("cluster8"), HOSTS)
+    try:
+        yield c, time.monotonic() - t0
+    finally:
+        c.close()
+
+
+def test_cluster_of_eight_builds_fast_and_each_host_answers(
+        cluster8: tuple[Cluster, float]) -> None:
+    c, built = cluster8
     assert len(set(c.ips)) == HOSTS and c.names == [f"node{i}" for i in range(1, HOSTS + 1)]
     assert built < 20, f"an {HOSTS}-host cluster took {built:.1f} s to build"
     for h in c.hosts:
         assert len(h.sshd_procs) == 1 and h.sshd_procs[0].poll() is None
 
 
-def test_headless_run_on_eight_hosts_every_rank_speaks(cluster_factory: ClusterFactory,
+def test_big_reads_stream_the_same_bytes_as_sftp(cluster8: tuple[Cluster, float],
+                                                  tmp_path: Path) -> None:
+    c, _ = cluster8
+    data = b"".join(b"line %d \xff\x00 end\n" % i for i in range(200_000))
+    f = tmp_path / "node.log"
+    f.write_bytes(data)
+    node = NodeConfig(name="node1", host="node1")
+    t = SSHTransport(node, SSHOptions(config_file=str(c.ssh_config),
+                                      known_hosts=str(c.known_hosts)))
+    t.connect(10)
+    try:
+        for offset, n in [(0, STREAM_READ_MIN - 1), (7, STREAM_READ_MIN), (12345, 3 << 20),
+                          (len(data) - 100, 1 << 20), (len(data), 1 << 20)]:
+            assert t.read_from(str(f), offset, n) == data[offset:offset + n], (offset, n)
+    finally:
+        t.close()
+
+
+def test_headless_run_on_eight_hosts_every_rank_speaks(cluster8: tuple[Cluster, float],
                                                         tmp_path: Path) -> None:
-    c: Cluster = cluster_factory(HOSTS)
+    c, _ = cluster8
     (tmp_path / "job.py").write_text(SCRIPT)
     hosts = {
         "defaults": {"python": sys.executable, "nproc_per_node": 1},

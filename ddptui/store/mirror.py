@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from ddptui.events import (
+    METRIC_MARK,
     Event,
     Failure,
+    Level,
     LogLine,
     Metric,
     NodeState,
@@ -77,7 +79,22 @@ def _records_by_file(events: Iterable[Event]) -> dict[str, list[str]]:
     """Each event's line or JSON record, under the run-dir-relative name of its file."""
     per_file: dict[str, list[str]] = {}
     shown = per_file.setdefault(rundir.ALL_LINES, [])  # the all-ranks view, for its scrollback
+    by_rank: dict[int, list[str]] = {}
     for ev in events:
+        if type(ev) is LogLine and ev.rank is not None:
+            # Nearly every event of a flood: what the general case below does, without its
+            # calls (in_all_view, all_view_text, rank_log_name) per line.
+            text = ev.text
+            if text.startswith(METRIC_MARK):
+                shown.append(all_view_text(ev))
+            elif ev.level is not Level.DEBUG:
+                shown.append(f"[{ev.rank}] {text}")
+            ranked = by_rank.get(ev.rank)
+            if ranked is None:
+                ranked = by_rank[ev.rank] = per_file.setdefault(
+                    rundir.rank_log_name(ev.rank), [])
+            ranked.append(text)
+            continue
         line = ev.as_line() if isinstance(ev, Metric) else ev
         if isinstance(line, LogLine):
             if in_all_view(line):

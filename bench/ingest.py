@@ -1,0 +1,120 @@
+"""Ingest: the event parser and the store alone, lines/s against raw line splitting.
+
+One command: ``python bench/ingest.py``. The input is what a node's ``node.log`` holds under
+a flood: torchrun's per-rank prefix on every line (``[ddptui R L] ``), plain log lines from
+``--ranks`` ranks, and one ``@ddptui`` metric record per rank every 100 lines. The same bytes,
+cut into 1 MiB chunks at line ends as the follower reads them, go through
+
+* raw splitting: ``bytes.decode().split("\\n")``, the least any reader does (the baseline);
+* the parser: ``parse_chunk`` (``NodeLogParser.feed`` per line), what the follower does;
+* parser + store: ``Store.apply`` with its disk mirror (per-rank logs, the all-ranks view,
+  metrics, checkpoint), as the controller does with every batch.
+
+Rounds alternate between the three and the medians are compared. What it means: the rate
+here is the most lines per second one controller can take in from all nodes together, before
+any SSH cost; each figure is printed as lines/s and as a fraction of raw splitting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from scale_setup import median
+
+from ddptui.events import NodeLogParser
+from ddptui.launch.follow import parse_chunk, split_complete
+from ddptui.store.store import Store
+
+CHUNK = 1 << 20
+
+
+def flood_bytes(lines: int, ranks: int) -> bytes:
+    out = []
+    for n in range(lines):
+        r = n % ranks
+        if n % 100 == 99:
+            out.append(f'[ddptui {r} {r}] @ddptui {{"v": 1, "kind": "metric", "rank": {r}, '
+                       f'"step": {n // 100}, "loss": {1.0 / (1 + n):.6f}}}\n')
+        else:
+            out.append(f"[ddptui {r} {r}] step {n} rank {r} loss 0.{n % 997:03d} "
+                       f"grad_norm 1.02 tokens/s 51234\n")
+    return "".join(out).encode()
+
+
+def chunks_of(data: bytes) -> list[bytes]:
+    out, rest = [], b""
+    for i in range(0, len(data), CHUNK):
+        whole, rest = split_complete(rest + data[i:i + CHUNK])
+        if whole:
+            out.append(whole)
+    if rest:
+        out.append(rest)
+    return out
+
+
+def raw_split(chunks: list[bytes]) -> int:
+    return sum(len(c.decode("utf-8", "replace").split("\n")) - 1 for c in chunks)
+
+
+def parse_only(chunks: list[bytes]) -> int:
+    parser = NodeLogParser("node1")
+    return sum(len(parse_chunk(parser, c, time.time())) for c in chunks)
+
+
+def parse_and_store(chunks: list[bytes], work: Path) -> int:
+    run_dir = Path(tempfile.mkdtemp(dir=work))
+    store = Store(run_dir)
+    store.add_node("node1", 0)
+    parser = NodeLogParser("node1")
+    done, n = 0, 0
+    for c in chunks:
+        events = parse_chunk(parser, c, time.time())
+        done += len(c)
+        store.apply(events, {"node1": done})
+        n += len(events)
+    store.close()
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return n
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--lines", type=int, default=500_000)
+    p.add_argument("--ranks", type=int, default=16)
+    p.add_argument("--rounds", type=int, default=5)
+    opts = p.parse_args()
+    chunks = chunks_of(flood_bytes(opts.lines, opts.ranks))
+    work = Path(tempfile.mkdtemp(prefix="ddptui-bench-ingest-"))
+    times: dict[str, list[float]] = {"raw": [], "parser": [], "store": []}
+    try:
+        for r in range(opts.rounds):
+            order = [("raw", lambda: raw_split(chunks)), ("parser", lambda: parse_only(chunks)),
+                     ("store", lambda: parse_and_store(chunks, work))]
+            for name, fn in order[r % 3:] + order[:r % 3]:
+                t0 = time.perf_counter()
+                count = fn()
+                times[name].append(time.perf_counter() - t0)
+                if name == "raw" and count != opts.lines:
+                    raise RuntimeError(f"split {count} lines, wrote {opts.lines}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    rate = {k: opts.lines / median(v) for k, v in times.items()}
+    print(f"{opts.lines} lines from {opts.ranks} ranks, {opts.rounds} rounds (medians):")
+    print(f"  raw line splitting {rate['raw']:12,.0f} lines/s")
+    print(f"  parser             {rate['parser']:12,.0f} lines/s  "
+          f"{rate['parser'] / rate['raw']:.3f}x raw")
+    print(f"  parser + store     {rate['store']:12,.0f} lines/s  "
+          f"{rate['store'] / rate['raw']:.3f}x raw")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,270 @@
+"""Log streaming: lines/s from flooding ranks to the local per-rank logs, on 1, 4 and 16 hosts.
+
+One command: ``python bench/stream.py`` (as root: it builds a namespace cluster of 16 hosts).
+``--long`` adds the 10-minute memory run.
+
+Flood: one rank per host writes ``--lines`` numbered lines as fast as it can (100 whole
+lines per write: torchrun's tee copies a line cut by a flush in two), through torchrun's
+``--tee`` into the node's ``node.log``; the controller (``Controller.launch``, as ``ddptui
+run`` does, without a face printing them) follows every node over its SSH connection into
+the store and the per-rank logs. Figures, same run:
+
+* the ranks' own write rate (lines / time from the first rank's first line to the last
+  rank's last, as the ranks clock it);
+* ddptui's delivery rate: lines / time from the first line written to the last line in the
+  store (and so in ``ranks/rank<N>.log``);
+* ``ssh host cat node.log``, the same bytes through OpenSSH, one per node, all at once: the
+  limit of the SSH path on this machine (target: ddptui >= 0.5x per node).
+
+Every rank log is then read back: each rank's numbers in order, none lost, none twice.
+
+Latency: 16 ranks print ``--rate`` lines/s each (a moderate, steady rate), each line carrying
+the time it was written; the figure is written-to-store time (the dashboard then shows it at
+its next frame; see bench/ui_latency.py), p50 and p95 (target p95 <= 300 ms).
+
+Memory (``--long``): 16 ranks x 1,000 lines/s for ``--long-minutes`` (10), the controller's
+RSS sampled every 10 s; flat means the last sample is within 10% (or 20 MiB) of the one after
+the first minute. Without ``--long`` the same runs for 60 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from scale_setup import ROOT, Cluster, Host, hosts_file, make_cluster, median
+
+sys.path.insert(0, str(ROOT))
+
+from ddptui.config import load_config
+from ddptui.events import LogLine
+from ddptui.launch.controller import Controller
+from ddptui.launch.follow import Batch
+from ddptui.store import rundir
+
+FLOOD = """import os, sys, time
+r, n = os.environ["RANK"], int(os.environ["FLOOD_LINES"])
+pad = "x" * 40
+t0 = time.time()
+for j in range(0, n, 100):  # whole lines per write: torchrun's tee splits a partial line
+    sys.stdout.write("".join(f"L {r} {i} {pad}\\n" for i in range(j, min(n, j + 100))))
+    sys.stdout.flush()
+print(f"T {r} {t0} {time.time()}", flush=True)
+"""
+PACED = """import os, time
+r, rate, secs = os.environ["RANK"], float(os.environ["RATE"]), float(os.environ["SECS"])
+start, i = time.time(), 0
+while time.time() - start < secs:
+    print(f"P {r} {i} {time.time()}", flush=True)
+    i += 1
+    time.sleep(max(0.0, start + i / rate - time.time()))
+"""
+TIMEOUT_S = 420.0
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class Counter:
+    """A listener on the controller's batches: counts worker lines, notes when all arrived."""
+
+    def __init__(self, expected: int, prefix: str) -> None:
+        self.expected, self.prefix = expected, prefix
+        self.count = 0
+        self.first = self.last = 0.0
+        self.latencies: list[float] = []
+        self.all_in = threading.Event()
+
+    def __call__(self, batch: Batch) -> None:
+        now = time.time()
+        for ev in batch.events:
+            if type(ev) is LogLine and ev.rank is not None and ev.text.startswith(self.prefix):
+                self.count += 1
+                if self.prefix == "P ":
+                    self.latencies.append(now - float(ev.text.rsplit(" ", 1)[1]))
+        if self.count and not self.first:
+            self.first = now
+        if self.count >= self.expected and not self.all_in.is_set():
+            self.last = now
+            self.all_in.set()
+
+
+def _launch(c: Cluster, hosts: list[Host], work: Path, script: str,
+            env: dict[str, str], counter: Counter) -> Controller:
+    ctl = Controller(load_config(hosts_file(c, hosts, work, script, env=env)),
+                     state_root=work / "state")
+    ctl.add_listener(counter)
+    ctl.launch()
+    return ctl
+
+
+def flood(c: Cluster, n: int, lines: int, work: Path) -> dict[str, float]:
+    hosts = c.hosts[:n]
+    counter = Counter(n * lines, "L ")
+    ctl = _launch(c, hosts, work, FLOOD, {"FLOOD_LINES": str(lines)}, counter)
+    teed = tee_watch(ctl, n, lines)
+    if not counter.all_in.wait(TIMEOUT_S):
+        ctl.stop(grace=1)
+        raise RuntimeError(f"{n} hosts: {counter.count} of {n * lines} lines arrived")
+    result = ctl.wait(120)
+    if result is None or result.exit_code != 0:
+        raise RuntimeError(f"{n} hosts: the run ended {result}")
+    spans = [ln.text.split()[2:4] for ln in ctl.store.recent_lines() if ln.text.startswith("T ")]
+    if len(spans) != n:  # the ring may have dropped them; the rank logs hold every line
+        spans = []
+        for r in range(n):
+            tail = (ctl.local_dir / rundir.rank_log_name(r)).read_text().splitlines()[-1]
+            spans.append(tail.split()[2:4])
+    start, end = min(float(s) for s, _ in spans), max(float(e) for _, e in spans)
+    deadline = time.monotonic() + 30
+    while not teed and time.monotonic() < deadline:
+        time.sleep(0.05)
+    check_rank_logs(ctl.local_dir, n, lines)
+    cat = ssh_cat(c, hosts, [ctl.local_dir / rundir.node_log(Path("."), h.name) for h in hosts])
+    total = n * lines
+    return {"write": total / (end - start), "tee": total / (teed[0] - start),
+            "ddptui": total / (counter.last - start), "cat": total / cat}
+
+
+def tee_watch(ctl: Controller, n: int, lines: int) -> list[float]:
+    """When the nodes' own ``node.log`` files held every line (torchrun's --tee wrote them).
+
+    The hosts share this machine's file system, so the remote files are read here directly,
+    at no cost to the SSH path. The returned list gets the time once it is known.
+    """
+    out: list[float] = []
+    nodes = ctl.plan.nodes if ctl.plan is not None else ()
+    paths = [Path(rundir.in_node_dir(nl.node_dir, rundir.NODE_LOG)) for nl in nodes]
+
+    def watch() -> None:
+        seen = [0] * len(paths)
+        offsets = [0] * len(paths)
+        end = time.monotonic() + TIMEOUT_S
+        while sum(seen) < n * lines and time.monotonic() < end:
+            for i, path in enumerate(paths):
+                with open(path, "rb") as f:
+                    f.seek(offsets[i])
+                    data = f.read()
+                cut = data.rfind(b"\n") + 1
+                offsets[i] += cut
+                seen[i] += data[:cut].count(b"] L ")
+            time.sleep(0.005)
+        out.append(time.time())
+
+    threading.Thread(target=watch, daemon=True).start()
+    return out
+
+
+def check_rank_logs(run_dir: Path, n: int, lines: int) -> None:
+    """Each rank's numbered lines, in order, once each."""
+    for r in range(n):
+        got = [int(ln.split()[2]) for ln in
+               (run_dir / rundir.rank_log_name(r)).read_text().splitlines() if ln.startswith("L ")]
+        if got != list(range(lines)):
+            lost = lines - len(set(got))
+            raise RuntimeError(f"rank {r}: {len(got)} lines, {lost} lost, "
+                               f"{len(got) - len(set(got))} repeated or out of order")
+
+
+def ssh_cat(c: Cluster, hosts: list[Host], node_logs: list[Path]) -> float:
+    """Seconds for ``ssh host cat node.log`` on every host at once (the same bytes)."""
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen(c.ssh_argv(h, f"cat {log}"), stdout=subprocess.PIPE,
+                              stdin=subprocess.DEVNULL) for h, log in zip(hosts, node_logs,
+                                                                           strict=True)]
+    for p in procs:
+        assert p.stdout is not None
+        while p.stdout.read(1 << 20):
+            pass
+        p.wait(60)
+    return time.perf_counter() - t0
+
+
+def paced(c: Cluster, n: int, rate: float, secs: float, work: Path,
+          sample_every: float = 0.0) -> tuple[list[float], list[float]]:
+    """(write-to-store latencies, RSS samples in MiB) of ``n`` ranks at ``rate`` lines/s."""
+    counter = Counter(10**12, "P ")
+    ctl = _launch(c, c.hosts[:n], work, PACED, {"RATE": str(rate), "SECS": str(secs)}, counter)
+    samples: list[float] = []
+    end = time.monotonic() + secs + TIMEOUT_S
+    next_sample = time.monotonic()
+    while not ctl.done and time.monotonic() < end:
+        if sample_every and time.monotonic() >= next_sample:
+            samples.append(rss_mb())
+            next_sample += sample_every
+            # The latency list itself would grow; keep the last minute's worth for the figure.
+            del counter.latencies[:-int(rate * n * 60)]
+        time.sleep(0.2)
+    if ctl.wait(60) is None:
+        ctl.stop(grace=1)
+    return counter.latencies, samples
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=[1, 4, 16])
+    p.add_argument("--lines", type=int, default=200_000, help="lines per rank in the flood")
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--rate", type=float, default=50.0, help="lines/s per rank, latency run")
+    p.add_argument("--latency-secs", type=float, default=20.0)
+    p.add_argument("--long", action="store_true", help="the 10-minute memory run")
+    p.add_argument("--long-minutes", type=float, default=10.0)
+    p.add_argument("--memory-secs", type=float, default=60.0)
+    opts = p.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="ddptui-bench-stream-"))
+    c = make_cluster(max(opts.sizes), work / "cluster")
+    ok = True
+    try:
+        for n in opts.sizes:
+            rows = [flood(c, n, opts.lines, work / f"flood-{n}-{r}") for r in range(opts.rounds)]
+            got = {k: median([row[k] for row in rows]) for k in rows[0]}
+            ok &= got["ddptui"] >= 0.5 * got["cat"]
+            print(f"{n:2d} hosts x {opts.lines} lines: ranks wrote {got['write']:,.0f} lines/s, "
+                  f"ddptui delivered {got['ddptui']:,.0f} lines/s "
+                  f"({got['ddptui'] / n:,.0f} per node), torchrun's tee into node.log "
+                  f"{got['tee']:,.0f} lines/s, ssh cat {got['cat']:,.0f} lines/s; "
+                  f"ddptui/ssh-cat {got['ddptui'] / got['cat']:.2f} (target >= 0.5), "
+                  f"ddptui/write {got['ddptui'] / got['write']:.2f}; none lost or repeated",
+                  flush=True)
+        n = max(opts.sizes)
+        lat, _ = paced(c, n, opts.rate, opts.latency_secs, work / "latency")
+        p95 = pct(lat, 0.95)
+        ok &= p95 <= 0.3
+        print(f"latency, {n} ranks x {opts.rate:g} lines/s: p50 {pct(lat, 0.5) * 1e3:.0f} ms, "
+              f"p95 {p95 * 1e3:.0f} ms over {len(lat)} lines (target p95 <= 300 ms)",
+              flush=True)
+        secs = opts.long_minutes * 60 if opts.long else opts.memory_secs
+        _, rss = paced(c, n, 1000.0, secs, work / "memory", sample_every=10.0)
+        base = rss[min(6, len(rss) - 1)]
+        flat = rss[-1] <= max(base * 1.1, base + 20)
+        ok &= flat
+        print(f"memory, {n} ranks x 1000 lines/s for {secs:.0f} s: controller RSS "
+              f"{base:.0f} MiB after the first minute, {rss[-1]:.0f} MiB at the end, "
+              f"max {max(rss):.0f} MiB ({'flat' if flat else 'GROWING'}); samples "
+              f"{[round(x) for x in rss]}", flush=True)
+    finally:
+        c.close()
+        shutil.rmtree(work, ignore_errors=True)
+    print("all targets met" if ok else "some target missed")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,33 @@
+"""The follower's fast path for plain rank lines makes exactly the events the parser makes."""
+
+from __future__ import annotations
+
+import random
+
+from ddptui.events import NodeLogParser
+from ddptui.launch.follow import parse_chunk
+
+LINES = [
+    "[ddptui 3 1] hello", "[ddptui 12 0] step 5 loss 0.25",
+    '[ddptui 3 1] @ddptui {"v": 1, "kind": "metric", "step": 3, "loss": 1.5}',
+    "[ddptui 12 0] node1:1:1 [0] NCCL INFO Bootstrap",
+    "[ddptui 1 1] Traceback (most recent call last):", "[ddptui 1 1] UserWarning: careful",
+    "[ddptui x 1] not a prefix", "[ddptui 1 1]x", "[ddptui 1 1] ", "[ddptui 1 1] \r",
+    "[ddptui 2 0] r\r", "\r", "[ddptui 01 2] leading zero", "[ddptui ] empty",
+    "[ddptui 2 0] a line with ] inside] ", "[ddptui \u0661 0] arabic-indic digit",
+    "[ddptui 1 1 1] three", "plain agent line", "W1122 20:16:43.507000 123 api.py:1] a warning",
+    "[WARNING] Worker group FAILED. 2/3 attempts left; will restart worker group",
+    "Root Cause (first observed failure):", "[0]:", "  time      : 2024-01-01_00:00:00",
+    "  rank      : 1 (local_rank: 1)", "  exitcode  : 1 (pid: 12)", "  traceback : boom",
+    "============================================================",
+]
+
+
+def test_parse_chunk_equals_feed_line_by_line() -> None:
+    rnd = random.Random(7)
+    text = "\n".join(rnd.choice(LINES) for _ in range(5000)) + "\n"
+    by_feed, by_chunk = NodeLogParser("n1"), NodeLogParser("n1")
+    want = [e for line in text.split("\n") if line for e in by_feed.feed(line, 1.0)]
+    got = parse_chunk(by_chunk, text.encode(), 1.0)
+    assert got == want
+    assert by_chunk.attempt == by_feed.attempt > 0  # the restart line counted in both

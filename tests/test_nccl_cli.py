@@ -142,6 +142,17 @@ def test_a_run_without_nccl_lines_says_how_to_get_them(tmp_path: Path,
                    "no NCCL lines (run with NCCL_DEBUG=INFO to see what NCCL chose)\n")
 
 
+def test_a_raw_log_read_in_pieces_gives_the_same_facts(two_nodes: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from ddptui.launch import ncclwatch
+
+    d = rundir.run_dir(two_nodes, "r1")
+    whole = facts_from_raw(d, ["gpu0", "gpu1"]).to_dict()
+    monkeypatch.setattr(ncclwatch, "CHUNK", 97)  # cuts nearly every line somewhere
+    assert facts_from_raw(d, ["gpu0", "gpu1"]).to_dict() == whole
+    assert whole["nodes"]["gpu1"]["ranks"]["1"]["lines"] > 400
+
+
 # -- the controller: live facts into run.json, and back on attach ---------------------------
 
 

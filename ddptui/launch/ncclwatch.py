@@ -78,6 +78,8 @@ class NcclWatch:
 
 
 def facts_meta(facts: NcclFacts) -> dict[str, Any]:
+    """The warnings beside the facts, so that a script reading ``run.json`` needs no
+    ddptui to know what is wrong."""
     return {"nccl": facts.to_dict(),
             "nccl_warnings": [w.to_dict() for w in nccl_warnings(facts)]}
 

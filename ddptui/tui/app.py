@@ -105,7 +105,7 @@ class DashboardApp(Lifecycle):
         Binding("slash", "screen.filter", "Filter"),
         Binding("v", "screen.next_view", "View"),
         Binding("m", "screen.toggle_metrics", "Charts"),
-        Binding("k", "stacks", "Python stacks of the ranks (py-spy), taken now", show=False),
+        Binding("k", "stacks", "Python stacks of the ranks", show=False),
         Binding("i", "nccl", "NCCL facts and warnings", show=False),
         Binding("g", "screen.node_detail", "Node detail: GPUs, CPU, memory, network", show=False),
         Binding("question_mark", "help", "Help"),

@@ -50,6 +50,16 @@ def test_a_rank_quiet_while_the_others_go_on_is_stalled_alone() -> None:
     assert not assess(ranks, 94.9, live_nodes={"a", "b"}, config=CFG)[2].stalled
 
 
+def test_ranks_stopping_a_read_apart_are_not_one_alone() -> None:
+    """Rank 3 passed the threshold first, but the others went quiet 0.2 s after it: no rank
+    goes on, so it is no stall of one rank; a moment later it is the whole run's."""
+    ranks = [rank(0, "a", 90.2), rank(1, "a", 90.2), rank(2, "b", 90.2), rank(3, "b", 90.0)]
+    assert not any(h.stalled for h in assess(ranks, 100.1, live_nodes={"a", "b"},
+                                             config=CFG).values())
+    h = assess(ranks, 100.3, live_nodes={"a", "b"}, config=CFG)
+    assert all(h[r].stalled and h[r].whole_run for r in range(4))
+
+
 def test_every_rank_stopping_together_is_a_whole_run_stall() -> None:
     ranks = [rank(r, "ab"[r // 2], 80.0 + r) for r in range(4)]
     h = assess(ranks, 100.0, live_nodes={"a", "b"}, config=CFG)

@@ -5,11 +5,12 @@ the engine (which marks stalls as events, :class:`StallWatch`) and the dashboard
 the nodes table) judge alike, and every rule is tested without a run.
 
 A rank stalls when it has printed no line and no metric for ``stall_after`` seconds. Alone,
-while the others go on, that names it; when every running rank stops together the whole run
-is stuck, which in DDP is the usual picture of one rank that never reached a collective: the
-others wait inside it and go quiet too. When ranks report progress with step metrics, a rank
-that never reported one (many scripts print on rank 0 only) is silent by design, so it is
-judged only with the others, when the whole run stops.
+while another rank was heard from in the last half of that, it names the rank; when every
+running rank stops together the whole run is stuck, which in DDP is the usual picture of one
+rank that never reached a collective: the others wait inside it and go quiet too. When ranks
+report progress with step metrics, a rank that never reported one (many scripts print on
+rank 0 only) is silent by design, so it is judged only with the others, when the whole run
+stops.
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ def assess(
         idle[r.rank] = None if last is None else max(0.0, now - last)
     quiet = {r.rank for r in live if (i := idle[r.rank]) is not None and i > config.stall_after}
     whole = bool(live) and len(quiet) == len(live)
+    # Others "go on" when one was heard from lately: ranks that stop together stop within a
+    # read of each other, and the first to pass the threshold is not alone for that.
+    going = any((i := idle[r.rank]) is not None and i <= config.stall_after / 2 for r in live)
     steppers = any(r.last_step is not None for r in live)
     out: dict[int, RankHealth] = {}
     for r in ranks:
@@ -76,7 +80,8 @@ def assess(
             and r.step_time_s is not None
             and r.step_time_s > median * (1 + config.straggler_fraction)
         )
-        stalled = r.rank in quiet and (whole or not steppers or r.last_step is not None)
+        alone = going and (not steppers or r.last_step is not None)
+        stalled = r.rank in quiet and (whole or alone)
         out[r.rank] = RankHealth(straggler, stalled, idle[r.rank], stalled and whole)
     return out
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ from ddptui.launch.clean_plan import (
 )
 
 NOW = 1_000_000.0
+SECRET = "hf_clean-test-secret-value"
 DAY = 86400.0
 
 
@@ -193,14 +193,11 @@ def test_clean_frees_old_runs_and_caches_and_keeps_a_live_run(cluster2: Any,
     path = tmp_path / "hosts.yaml"
     path.write_text(yaml.safe_dump(d, sort_keys=False))
     state = tmp_path / "state"
-    old_runs = []
-    for version in (1, 2):
-        write_project(tmp_path, version)
-        res = ddptui("run", str(path), "--headless", state=state)
-        assert res.returncode == 0, res.stdout[-2000:] + res.stderr
-        old_runs.append(run_id_of(res.stdout))
-    write_project(tmp_path, 3)
-    d["defaults"]["env"] = {"JOB_LINES": "100000", "JOB_DELAY": "0.05"}
+    write_project(tmp_path, 1)
+    res = ddptui("run", str(path), "--headless", state=state)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr
+    write_project(tmp_path, 2)
+    d["defaults"]["env"] = {"JOB_LINES": "100000", "JOB_DELAY": "0.05", "HF_TOKEN": SECRET}
     path.write_text(yaml.safe_dump(d, sort_keys=False))
     out = tmp_path / "live.out"
     live = spawn_ddptui("run", str(path), "--headless", state=state, out=out)
@@ -214,7 +211,8 @@ def test_clean_frees_old_runs_and_caches_and_keeps_a_live_run(cluster2: Any,
         for w in works:
             for p in (w / ".ddptui" / "code").iterdir():
                 os.utime(p, (hour_ago, hour_ago), follow_symlinks=False)
-            assert len(list((w / ".ddptui" / "runs").iterdir())) == 3
+            assert len(list((w / ".ddptui" / "runs").iterdir())) == 2
+            assert len([p for p in (w / ".ddptui" / "code").iterdir() if p.is_dir()]) == 2
         live_files = {p: p.stat().st_size for w in works
                       for p in (w / ".ddptui" / "runs" / live_id).rglob("*") if p.is_file()}
 
@@ -222,7 +220,7 @@ def test_clean_frees_old_runs_and_caches_and_keeps_a_live_run(cluster2: Any,
         assert res.returncode == 0, res.stdout + res.stderr
         for h in cluster2.hosts:
             line = next(ln for ln in res.stdout.splitlines() if f"node {h.name}:" in ln)
-            assert "freed" in line and "2 runs, 2 code caches" in line, res.stdout
+            assert "freed" in line and "1 run, 1 code cache" in line, res.stdout
             assert " 0 B" not in line
         assert f"kept 1 live run, untouched: {live_id}" in res.stdout
         for w in works:
@@ -234,13 +232,13 @@ def test_clean_frees_old_runs_and_caches_and_keeps_a_live_run(cluster2: Any,
         assert sorted(p.name for p in (state / "runs").iterdir()) == [live_id]
         assert live.poll() is None, "the run goes on"
     finally:
-        stop = ddptui("stop", live_id, "--grace", "3", state=state, timeout=120) \
-            if "live_id" in locals() else None
-        if live.poll() is None:
-            live.send_signal(signal.SIGINT)
-        live.wait(60)
-    assert stop is not None and stop.returncode == 0, stop.stdout + stop.stderr
+        live.kill()  # the laptop closes; the run goes on without its controller
+        live.wait(30)
+    # stop reads run.json, which withholds HF_TOKEN: stopping needs no secret
+    stop = ddptui("stop", live_id, "--grace", "3", state=state, timeout=120)
+    assert stop.returncode == 0, stop.stdout + stop.stderr
     assert marked_pids(live_id) == []
+    assert SECRET not in (state / "runs" / live_id / "run.json").read_text()
 
     dry = ddptui("clean", "--keep", "0", "--dry-run", "--keep-logs", str(path), state=state)
     assert dry.returncode == 0 and "would free" in dry.stdout and "1 run," in dry.stdout

@@ -222,7 +222,7 @@ dist.destroy_process_group()
 @pytest.mark.cluster
 @pytest.mark.torchrun
 def test_a_secret_reaches_the_ranks_and_nothing_else(cluster2: Any, tmp_path: Path) -> None:
-    env = {"HF_TOKEN": SECRET, "PROJECT_CRED": CRED, "JOB_HOLD": "6",
+    env = {"HF_TOKEN": SECRET, "PROJECT_CRED": CRED, "JOB_HOLD": "4",
            "JOB_EXPECTED_SHA": hashlib.sha256(SECRET.encode()).hexdigest()}
     d = hosts(cluster2, tmp_path, env=env, secret_env=["PROJECT_CRED"])
     d["job"]["script"] = "project/job.py"  # the project synced is this folder alone

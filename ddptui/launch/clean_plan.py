@@ -169,13 +169,18 @@ def remove(todo):
     errors = []
     if not todo["dry"]:
         for p in dirs:
-            try:
-                if os.path.isdir(p) and not os.path.islink(p):
-                    shutil.rmtree(p)
-                elif os.path.lexists(p):
+            # another node sharing this disk may be removing the same tree at once
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                try:
                     os.unlink(p)
-            except OSError as e:
-                errors.append(str(e))
+                except FileNotFoundError:
+                    pass
+                except OSError as e:
+                    errors.append(str(e))
+            if os.path.isdir(p) and not os.path.islink(p):
+                errors.append("could not remove all of " + p)
             if os.path.normpath(os.path.dirname(p)) != code_root:
                 try:
                     os.rmdir(os.path.dirname(p))

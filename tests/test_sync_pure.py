@@ -204,3 +204,14 @@ def test_walk_hash_cache_is_used_and_racy_entries_are_not(tmp_path: Path) -> Non
     cache.unlink()
     fresh = {e.path: e.sha256 for e in walk(root).manifest.files}
     assert fresh["a.py"] != sha["a.py"]
+
+
+def test_walk_refuses_an_oversized_project_before_reading_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "proj"
+    tree(root, {"a.py": "a", "data/big.bin": "x" * 3000})
+    with monkeypatch.context() as m:
+        m.setattr("ddptui.sync.walk._sha256", lambda p: pytest.fail(f"hashed {p}"))
+        with pytest.raises(ProjectError, match=r"data/big\.bin \(3\.0 kB\)"):
+            walk(root, max_mb=0.002)
+    assert len(walk(root, ("data/",), max_mb=0.002).manifest.files) == 1

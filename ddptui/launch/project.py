@@ -20,7 +20,6 @@ from ddptui.launch import nodeops
 from ddptui.launch.plan import NodeLaunch, Plan, expand_home, module_paths, script_in_project
 from ddptui.launch.reach import map_at_once
 from ddptui.store import rundir
-from ddptui.sync.manifest import too_big
 from ddptui.sync.push import Commands, sync_node
 from ddptui.sync.walk import ProjectError, Walked, walk
 
@@ -41,15 +40,11 @@ def prepare(ctl: Controller) -> Walked | None:
         return None
     key = hashlib.sha256(job.project.encode()).hexdigest()[:16]
     try:
-        walked = walk(job.project, job.exclude, skip=(str(ctl.root),),
-                      hash_cache=rundir.hash_cache(ctl.root, key))
+        return walk(job.project, job.exclude, skip=(str(ctl.root),),
+                    hash_cache=rundir.hash_cache(ctl.root, key), max_mb=job.max_sync_mb)
     except ProjectError as exc:
         ctl.abort([f"job.project {job.project}: {exc}"], cleanup=False)
         raise  # abort raises; this keeps mypy's flow honest
-    refused = too_big(walked.manifest, job.max_sync_mb)
-    if refused:
-        ctl.abort([f"job.project {job.project}: {refused}"], cleanup=False)
-    return walked
 
 
 def project_dirs(ctl: Controller, workdirs: dict[str, str], homes: dict[str, str],

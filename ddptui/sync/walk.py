@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddptui.sync.ignore import GITIGNORE, VENV_MARKER, Excluder
-from ddptui.sync.manifest import Entry, Manifest
+from ddptui.sync.manifest import Entry, Manifest, too_big
 
 _RACY_S = 3.0
 _CHUNK = 1 << 20
@@ -87,9 +87,10 @@ class _Hashes:
 
 
 def walk(root: str | Path, exclude: tuple[str, ...] = (), *, skip: tuple[str, ...] = (),
-         hash_cache: Path | None = None) -> Walked:
+         hash_cache: Path | None = None, max_mb: float | None = None) -> Walked:
     """Every shipped path under ``root``; ``skip`` names absolute paths never shipped (the
-    local state dir when it lies inside the project). Raises :class:`ProjectError`."""
+    local state dir when it lies inside the project). A project over ``max_mb`` is refused
+    before any file is read. Raises :class:`ProjectError`."""
     root = os.path.abspath(root)
     if not os.path.isdir(root):
         raise ProjectError(f"the project directory {root} does not exist or is not a directory")
@@ -97,6 +98,7 @@ def walk(root: str | Path, exclude: tuple[str, ...] = (), *, skip: tuple[str, ..
     rules = Excluder(exclude)
     hashes = _Hashes(hash_cache)
     entries: list[Entry] = []
+    files: list[tuple[str, str, os.stat_result]] = []
     stamps: dict[str, tuple[int, int]] = {}
     outside: list[str] = []
     unreadable: list[str] = []
@@ -137,16 +139,21 @@ def walk(root: str | Path, exclude: tuple[str, ...] = (), *, skip: tuple[str, ..
                     continue
                 entries.append(Entry(rel, "dir", mode | 0o700))
                 stack.append(rel)
-            elif stat.S_ISREG(st.st_mode):
-                if rules.excluded(rel, False):
-                    continue
-                try:
-                    sha = hashes.sha(full, rel, st, now)
-                except OSError as exc:
-                    unreadable.append(f"{rel} ({exc.strerror})")
-                    continue
-                entries.append(Entry(rel, "file", mode | 0o600, st.st_size, sha))
-                stamps[rel] = (st.st_size, st.st_mtime_ns)
+            elif stat.S_ISREG(st.st_mode) and not rules.excluded(rel, False):
+                files.append((rel, full, st))
+    if max_mb is not None:
+        sized = Manifest.of(Entry(rel, "file", size=st.st_size) for rel, _, st in files)
+        refused = too_big(sized, max_mb)
+        if refused:
+            raise ProjectError(refused)
+    for rel, full, st in files:
+        try:
+            sha = hashes.sha(full, rel, st, now)
+        except OSError as exc:
+            unreadable.append(f"{rel} ({exc.strerror})")
+            continue
+        entries.append(Entry(rel, "file", stat.S_IMODE(st.st_mode) | 0o600, st.st_size, sha))
+        stamps[rel] = (st.st_size, st.st_mtime_ns)
     if outside:
         raise ProjectError(
             "the project has symbolic links that point outside it, which a node may not "

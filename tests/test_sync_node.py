@@ -80,3 +80,13 @@ def test_a_node_that_cannot_write_is_named(tmp_path: Path) -> None:
     (tmp_path / "w").write_text("a file where the workdir should be")
     with pytest.raises(SyncError, match="node n: "):
         push(proj, tmp_path / "w")
+
+
+def test_a_file_the_job_rewrote_on_the_node_is_sent_again_not_linked(tmp_path: Path) -> None:
+    proj, work = project(tmp_path / "p"), tmp_path / "w"
+    _, tree, _ = push(proj, work)
+    (tree / "pkg/b.py").write_text("changed by the job")  # b and c share one inode there
+    (proj / "a.py").write_text("edited")
+    stats, tree2, _ = push(proj, work)
+    assert stats["files_sent"] == 2  # a.py, and b's content again (c is its copy)
+    assert (tree2 / "pkg/b.py").read_text() == "b" == (tree2 / "pkg/c.py").read_text()

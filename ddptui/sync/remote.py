@@ -5,7 +5,9 @@ node needs no ``tar``, ``rsync`` or ``sha256sum``. Both programs take the code r
 digest and the manifest suffix as arguments (see :mod:`ddptui.store.rundir`).
 
 * :data:`QUERY_SRC` prints ``{"have": true}`` when the tree is already there (and marks it as
-  the newest), else the manifest of the newest complete tree, which the sender diffs against.
+  the newest), else the manifest of the newest complete tree, which the sender diffs against,
+  less any file whose size or mtime changed since it was written there (a job that rewrote
+  one of its own files in place): that content is sent again rather than linked.
 * :data:`PUSH_SRC` reads a one-line JSON header (:meth:`PushPlan.header`), then the bytes of
   each sent file back to back; it builds the tree in a temporary directory (links from the
   base tree for content it has, the sent bytes for the rest), writes the manifest and renames
@@ -43,12 +45,21 @@ for n in names:
             cands.append((os.stat(os.path.join(root, n)).st_mtime, n[:-len(suf)]))
         except OSError:
             pass
+def unchanged(d, e):
+    if e[1] != "file":
+        return True
+    try:
+        st = os.stat(os.path.join(root, d, e[0]))
+    except OSError:
+        return False
+    return st.st_size == e[3] and len(e) > 6 and st.st_mtime_ns == e[6]
 for _, d in sorted(cands, reverse=True):
     try:
         with open(os.path.join(root, d + suf)) as f:
             m = json.load(f)
     except (OSError, ValueError):
         continue
+    m["entries"] = [e[:6] for e in m["entries"] if unchanged(d, e)]
     print(json.dumps({"have": False, "base": d, "manifest": m}))
     sys.exit(0)
 print(json.dumps({"have": False, "base": None}))
@@ -97,6 +108,9 @@ try:
         os.symlink(target, inside(p))
     for p, mode in sorted(hdr["dirs"], reverse=True):
         os.chmod(inside(p), mode)
+    for e in hdr["manifest"]["entries"]:
+        if e[1] == "file":
+            e.append(os.stat(inside(e[0])).st_mtime_ns)
     with open(tmp + suf, "w") as f:
         json.dump(hdr["manifest"], f)
     try:

@@ -87,7 +87,7 @@ async def test_i_opens_the_view_warnings_over_the_table_and_a_ranks_detail() -> 
     app = nccl_app()
     async with app.run_test(size=(160, 48)) as pilot:
         screen = await opened(pilot, app, "i")
-        assert FakeController.instances[-1].asked == 1
+        assert FakeController.instances[-1].asked >= 1  # again every 2 s while live
         title = text_of(screen, "#nccl-title")
         assert "nccl-run · 2 node(s), 2 process(es) with NCCL lines · 2 warning(s)" in title
         warnings = text_of(screen, "#nccl-warning-text").splitlines()
@@ -155,7 +155,7 @@ async def test_without_the_engine_the_replicas_lines_still_tell() -> None:
     app = nccl_app(gone=True)
     async with app.run_test(size=(100, 30)) as pilot:
         screen = await opened(pilot, app, "i")
-        assert FakeController.instances[-1].asked == 1
+        assert FakeController.instances[-1].asked >= 1  # again every 2 s while live
         assert table_of(screen)["NCCL"] == ["2.28.9", "2.28.9"]
         assert text_of(screen, "#nccl-warning-text").startswith("✖ node gpu0: NCCL uses")
 

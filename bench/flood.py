@@ -14,18 +14,21 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from ddptui.events import NodeLogParser, NodeState, NodeStatus, RunStatus
 from ddptui.launch.follow import parse_chunk
 from ddptui.store.store import Store
+from ddptui.telemetry.sample import GpuApp, GpuSample, NodeSample
 
 BATCH_S = 0.02
 RANKS_PER_NODE = 8
 
 
 class FloodRun:
-    def __init__(self, ranks: int, rate: float, total: int, hold: Path | None = None) -> None:
+    def __init__(self, ranks: int, rate: float, total: int, hold: Path | None = None,
+                 telemetry_nodes: int = 0) -> None:
         self.ranks, self.rate, self.total, self.hold = ranks, rate, total, hold
         self.run_id = "bench"
         self.config = None
@@ -34,7 +37,8 @@ class FloodRun:
         self.store.set_run(run_id=self.run_id, status=RunStatus.RUNNING, started_at=time.time(),
                            world_size=ranks)
         self.nodes = [f"node{i}" for i in range(max(1, ranks // RANKS_PER_NODE))]
-        for i, name in enumerate(self.nodes):
+        self.sampled = [f"node{i}" for i in range(telemetry_nodes)]
+        for i, name in enumerate(dict.fromkeys(self.nodes + self.sampled)):
             self.store.add_node(name, i)
             self.store.apply([NodeState(name, NodeStatus.RUNNING, time.time(), pid=1000 + i)])
         self.result: Any = None
@@ -42,6 +46,7 @@ class FloodRun:
         self._flat_out = threading.Event()
         self._halt = threading.Event()
         self._feeder = threading.Thread(target=self._feed, daemon=True)
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
 
     @property
     def done(self) -> bool:
@@ -49,6 +54,27 @@ class FloodRun:
 
     def launch(self) -> None:
         self._feeder.start()
+        if self.sampled:
+            self._sampler.start()
+
+    def _sample(self) -> None:
+        """What each node's telemetry sampler sends: one sample a node a second, 8 GPUs each,
+        each a batch of its own, as the controller's samplers publish them."""
+        tick = 0
+        while not self._halt.is_set() and not self._done.is_set():
+            tick += 1
+            now = time.time()
+            for i, name in enumerate(self.sampled):
+                gpus = [GpuSample(g, "NVIDIA H100 80GB HBM3", f"GPU-{i}-{g}",
+                                  float((tick * 7 + g * 13 + i) % 101), 40_000.0 + g * 100,
+                                  81559.0, 300.0 + g, 700.0, 50.0, 1980.0) for g in range(8)]
+                apps = [GpuApp(f"GPU-{i}-{g}", 5000 + g, "python", 39_000.0, True, g)
+                        for g in range(8)]
+                self.store.apply([NodeSample(
+                    name, now, cpu=float(tick % 100), load1=8.0, mem_used=200 << 30,
+                    mem_total=1 << 40, net={"eth0": (1e8 + tick, 9e7), "ib0": (5e9, 5e9),
+                                            "lo": (1e6, 1e6)}, gpus=gpus, apps=apps)])
+            self._halt.wait(1.0)
 
     def stop(self, grace: float | None = None) -> None:
         self._flat_out.set()
@@ -96,9 +122,11 @@ class FloodRun:
             return
         self.store.set_run(status=RunStatus.FINISHED, exit_code=0, ended_at=time.time())
         self.store.close()
-        self.result = {"lines": n}
+        # shaped like a RunResult where the dashboard reads one (its end toast)
+        self.result = SimpleNamespace(exit_code=0, diagnosis=None, lines=n)
         self._done.set()
 
 
-def flood_run(ranks: int, rate: float, total: int, hold: Path | None = None) -> FloodRun:
-    return FloodRun(ranks, rate, total, hold)
+def flood_run(ranks: int, rate: float, total: int, hold: Path | None = None,
+              telemetry_nodes: int = 0) -> FloodRun:
+    return FloodRun(ranks, rate, total, hold, telemetry_nodes)

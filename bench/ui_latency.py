@@ -5,7 +5,9 @@ its controller lives in an engine process (``ddptui.engine.process``), and the d
 the engine's changes into its replica store on its timer. The engine here runs
 ``bench/flood.py``, which does what the node followers do: raw torchrun output from 16 ranks
 at 50,000 lines/s, plus one metric line per rank per batch, through the real parser into a
-real store with its disk mirror. The app runs headless at 160x48 with the log and the charts
+real store with its disk mirror, and (``--telemetry-nodes``, 16 by default) one telemetry
+sample a second from each of 16 nodes with 8 GPUs, so the nodes table has 16 node rows with
+their GPU and network cells. The app runs headless at 160x48 with the log and the charts
 on screen. Textual still composes every frame; only the write to a terminal is skipped.
 
 Latency is measured from posting the key (``s``, follow on/off, which changes the status line)
@@ -103,7 +105,8 @@ async def main(args: argparse.Namespace) -> int:
     hold = Path(tempfile.mkdtemp(prefix="ddptui-bench-")) / "hold"
     hold.touch()
     engine = EngineProcess()
-    client: EngineClient = engine.open(flood_run, RANKS, args.rate, args.total, hold)
+    client: EngineClient = engine.open(flood_run, RANKS, args.rate, args.total, hold,
+                                       args.telemetry_nodes)
     app = DashboardApp(None, controller_factory=lambda config, root: client,
                        attacher=lambda run_id, root: client, drain_hz=args.hz)
     watch = Watch()
@@ -143,7 +146,7 @@ async def main(args: argparse.Namespace) -> int:
                 await asyncio.sleep(0.2)
             await pilot.pause(0.3)
             rss_ui, rss_engine = rss_mb(), rss_mb(engine.process.pid)
-            total = (client.result or {}).get("lines", 0)
+            total = getattr(client.result, "lines", 0)
     finally:
         engine.close()
         shutil.rmtree(hold.parent, ignore_errors=True)
@@ -186,6 +189,9 @@ if __name__ == "__main__":
                     help="seconds of flood before each loaded block is measured")
     ap.add_argument("--width", type=int, default=160, help="terminal columns (<120: no chart)")
     ap.add_argument("--hz", type=float, default=15, help="the dashboard's drain rate")
+    ap.add_argument("--telemetry-nodes", type=int, default=16,
+                    help="nodes sending a telemetry sample (8 GPUs) a second, in the table "
+                         "(0: none)")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     ap.add_argument("--show-samples", action="store_true", help="print every latency, in order")
     sys.exit(asyncio.run(main(ap.parse_args())))

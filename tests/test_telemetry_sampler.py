@@ -133,13 +133,13 @@ def test_a_lost_heartbeat_while_ddptui_is_here_starts_it_again(
     monkeypatch.setattr(telemetry, "RESTART_AFTER_S", 0.0)
     run = Run()
     try:
-        s, got, notes = start(tmp_path, run, beat_timeout=1)
+        s, got, notes = start(tmp_path, run, beat_timeout=2)
         s._next_beat = float("inf")  # as if ddptui had been suspended
-        wait_for(lambda: notes, 20, "the restart note")
+        wait_for(lambda: notes, 30, "the restart note")
         assert "starting it again" in notes[0]
         s._next_beat = 0.0
         n = len(got)
-        wait_for(lambda: len(got) > n + 1, 20, "samples from the new sampler")
+        wait_for(lambda: len(got) > n, 30, "samples from the new sampler")
         s.end()
         assert samplers_in(tmp_path) == []
     finally:

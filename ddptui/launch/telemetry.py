@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ddptui.events import Level, ssh_line
-from ddptui.launch.follow import Batch, split_complete
+from ddptui.events import Level
+from ddptui.launch.follow import split_complete
 from ddptui.launch.reach import map_at_once
 from ddptui.store import rundir
 from ddptui.telemetry import sampler
@@ -171,10 +171,10 @@ class Samplers:
             name = node.name
 
             def publish(samples: list[NodeSample], name: str = name) -> None:
-                ctl._publish(Batch(name, list(samples), {}))
+                ctl.publish(name, list(samples))
 
             def note(text: str, level: Level, name: str = name) -> None:
-                ctl._publish(Batch(name, [ssh_line(name, text, time.time(), level)], {}))
+                ctl._publish_note(name, text, level)  # masked: an error may quote a command
 
             s = NodeSampler(node=name, transport=lambda name=name: ctl.transports.get(name),
                             node_dir=ctl._node_dir(name), run_id=ctl.run_id,

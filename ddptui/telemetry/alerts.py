@@ -50,7 +50,13 @@ class RankSeat:
 def idle_gpus(history: Sequence[NodeSample], now: float,
               idle_after: float = IDLE_AFTER_S) -> set[int]:
     """GPUs that read 0 % in every sample of the last ``idle_after`` seconds."""
-    window = [s for s in history if s.time >= now - idle_after and s.gpus]
+    window: list[NodeSample] = []
+    for s in reversed(history):  # from the newest: the window is a small tail of the history
+        if s.time < now - idle_after:
+            break
+        if s.gpus:
+            window.append(s)
+    window.reverse()
     if not window or window[-1].time - window[0].time < idle_after * _COVER:
         return set()
     idle: set[int] | None = None

@@ -47,6 +47,24 @@ class GpuApp:
     gpu: int | None = None  # the GPU's index, joined on its uuid
 
 
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """What the nodes table shows of a sample: worst and mean GPU, network in and out."""
+
+    util_min: float | None
+    util_mean: float | None
+    mem_max: float | None  # fraction of the fullest GPU's memory
+    mem_mean: float | None
+    gpus: int
+    net: float | None  # bytes a second, in and out, loopback left out
+
+
+def _min_mean(values: list[float], worst: str) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    return (min(values) if worst == "min" else max(values)), sum(values) / len(values)
+
+
 @dataclass(slots=True)
 class NodeSample:
     """A node's telemetry, once a second. Rates need two readings, so a sampler's first
@@ -65,6 +83,18 @@ class NodeSample:
     apps: list[GpuApp] | None = None
     #: why there are no GPU values, when the node has nvidia-smi but it did not answer
     gpu_error: str = ""
+    #: :meth:`summary`, computed once where it is read (never sent, never compared)
+    _summary: Summary | None = field(default=None, compare=False, repr=False)
+
+    def summary(self) -> Summary:
+        """Worked out once per sample: the table reads a minute of them twice a second."""
+        if self._summary is None:
+            util = [g.util for g in self.gpus if g.util is not None]
+            mem = [f for g in self.gpus if (f := g.mem_fraction) is not None]
+            rate = self.net_rate
+            self._summary = Summary(*_min_mean(util, "min"), *_min_mean(mem, "max"),
+                                    len(self.gpus), None if rate is None else sum(rate))
+        return self._summary
 
     @property
     def net_rate(self) -> tuple[float, float] | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 
 from ddptui.telemetry.sample import GpuSample, NodeSample
 
@@ -51,10 +50,3 @@ def sample_line(s: NodeSample, node_width: int = 0) -> str:
             where = "gpu?" if a.gpu is None else f"gpu{a.gpu}"
             parts.append(f"{where} pid {a.pid} {a.name} is not this run's")
     return " | ".join(parts)
-
-
-def worst_and_mean(values: Sequence[float], worst: str) -> tuple[float, float] | None:
-    """(the worst value, the mean); ``worst`` is "min" or "max"."""
-    if not values:
-        return None
-    return (min(values) if worst == "min" else max(values)), sum(values) / len(values)

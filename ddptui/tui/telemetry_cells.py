@@ -16,8 +16,8 @@ from ddptui.chart.downsample import sparkline
 from ddptui.events import NodeStatus
 from ddptui.store.store import NodeView, RankView
 from ddptui.telemetry import alerts
-from ddptui.telemetry.sample import GpuSample, NodeSample
-from ddptui.telemetry.text import size, worst_and_mean
+from ddptui.telemetry.sample import NodeSample
+from ddptui.telemetry.text import size
 
 COLUMNS = ("GPU", "GMem", "Net")
 SPARK_WIDTH = 6
@@ -41,47 +41,32 @@ class TelemetryCells:
         return self.ranks.get(rank, ("", "", ""))
 
 
-def _util(gpus: Sequence[GpuSample]) -> list[float]:
-    return [g.util for g in gpus if g.util is not None]
+def _spark(values: Sequence[float | None]) -> str:
+    known = [v for v in values if v is not None]
+    return sparkline(known, SPARK_WIDTH) if len(known) > 1 else ""
 
 
-def _mem(gpus: Sequence[GpuSample]) -> list[float]:
-    return [f for g in gpus if (f := g.mem_fraction) is not None]
-
-
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
-def _spark(history: Sequence[NodeSample], pick: object) -> str:
-    values = [v for s in history[-SPARK_SPAN:] if (v := pick(s)) is not None]  # type: ignore[operator]
-    return sparkline(values, SPARK_WIDTH) if len(values) > 1 else ""
-
-
-def _pair(values: list[float], worst: str, fmt: str) -> str:
-    wm = worst_and_mean(values, worst)
-    if wm is None:
+def _pair(worst: float | None, mean: float | None, gpus: int, fmt: str, unit: str) -> str:
+    """``45%`` for one GPU, ``12/48%`` (the worst, then the mean) for several."""
+    if worst is None or mean is None:
         return "-"
-    w, m = wm
-    if len(values) == 1:
-        return format(w, fmt)
-    return f"{format(w, fmt).rstrip('%')}/{format(m, fmt)}"
+    if gpus == 1:
+        return f"{format(worst, fmt)}{unit}"
+    return f"{format(worst, fmt)}/{format(mean, fmt)}{unit}"
 
 
 def node_cells(history: Sequence[NodeSample]) -> tuple[str, str, str]:
-    s = history[-1]
-    util, mem = _util(s.gpus), _mem(s.gpus)
-    net = s.net_rate
-    gpu = _pair(util, "min", ".0f") + ("%" if util else "")
-    gpu_spark = _spark(history, lambda x: _mean(_util(x.gpus)))
-    mem_cell = _pair(mem, "max", ".0%")
-    mem_spark = _spark(history, lambda x: _mean(_mem(x.gpus)))
-    net_cell = "-" if net is None else f"{size(net[0] + net[1])}/s"
-    net_spark = _spark(history, lambda x: None if x.net_rate is None else sum(x.net_rate))
-    if not s.gpus:
-        gpu = mem_cell = "-" if not s.gpu_error else "n/a"
-    return (f"{gpu} {gpu_spark}".rstrip(), f"{mem_cell} {mem_spark}".rstrip(),
-            f"{net_cell} {net_spark}".rstrip())
+    recent = [s.summary() for s in history[-SPARK_SPAN:]]
+    last, sample = recent[-1], history[-1]
+    gpu = _pair(last.util_min, last.util_mean, last.gpus, ".0f", "%")
+    mem = _pair(None if last.mem_max is None else last.mem_max * 100,
+                None if last.mem_mean is None else last.mem_mean * 100, last.gpus, ".0f", "%")
+    if not sample.gpus:
+        gpu = mem = "n/a" if sample.gpu_error else "-"
+    net = "-" if last.net is None else f"{size(last.net)}/s"
+    return (f"{gpu} {_spark([x.util_mean for x in recent])}".rstrip(),
+            f"{mem} {_spark([x.mem_mean for x in recent])}".rstrip(),
+            f"{net} {_spark([x.net for x in recent])}".rstrip())
 
 
 def rank_cells(latest: NodeSample, local_rank: int | None) -> tuple[str, str, str]:

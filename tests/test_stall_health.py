@@ -29,7 +29,7 @@ from ddptui.launch.stacks import (
     stacks_lines,
 )
 from ddptui.store import rundir
-from ddptui.store.health import StallWatch, assess, stall_text
+from ddptui.store.health import StallWatch, assess, stall_text, whole_run_text
 from ddptui.store.store import RankView
 from ddptui.tui.notices import stall_notices
 
@@ -120,14 +120,18 @@ def test_what_ddptui_says_of_a_stall() -> None:
     alone = Stall("gpu-b", 3, 0.0, True, 12.4, False)
     assert stall_text(alone) == ("rank 3 on gpu-b stalled: no line or metric for 12 s while "
                                  "the other ranks go on")
-    whole = Stall("gpu-b", 3, 0.0, True, 125.0, True)
-    assert stall_text(whole).startswith("rank 3 on gpu-b stalled: no rank has printed a line "
-                                        "or metric for 125 s, the whole run stopped together")
+    whole = [Stall("gpu-a", r, 0.0, True, 125.0 + r, True) for r in range(4)]
+    whole.append(Stall("gpu-b", 4, 0.0, True, 125.0, True))
+    assert whole_run_text(whole) == (
+        "the whole run stalled: no rank has printed a line or metric for 128 s (ranks 0-3 on "
+        "gpu-a; 4 on gpu-b); one rank is likely stuck before a collective the others wait in, "
+        "and its Python stack shows which")
     back = Stall("gpu-b", 3, 0.0, False, 40.0, False)
     assert stall_text(back) == "rank 3 on gpu-b is going again after 40 s without a line or metric"
     out = io.StringIO()
-    Printer(out)(Batch("gpu-b", [alone, back], {}))
-    assert out.getvalue().splitlines() == [f"[gpu-b ddptui] ⚠ {stall_text(alone)}",
+    Printer(out)(Batch("gpu-b", [*whole, alone, back], {}))
+    assert out.getvalue().splitlines() == [f"[gpu-a ddptui] ⚠ {whole_run_text(whole)}",
+                                           f"[gpu-b ddptui] ⚠ {stall_text(alone)}",
                                            f"[gpu-b ddptui] {stall_text(back)}"]
 
 
@@ -137,7 +141,8 @@ def test_toasts_group_a_whole_run_stall() -> None:
     notices = stall_notices(stalls)
     assert len(notices) == 2
     assert notices[0].severity == "warning" and notices[0].title == "The run stalled"
-    assert "Stalled ranks: 0 (a), 1 (a), 2 (a). Press k" in notices[0].message
+    assert notices[0].message == (f"{whole_run_text(stalls[:3])}. Press k for the ranks' "
+                                  "Python stacks.")
     assert notices[1].message == stall_text(stalls[-1])
     alone = stall_notices([Stall("b", 2, 0.0, True, 5.0, False)])[0]
     assert alone.title == "Rank stalled" and "rank 2 on b stalled" in alone.message

@@ -26,7 +26,7 @@ from ddptui.events import (
 from ddptui.launch.controller import Controller
 from ddptui.launch.follow import Batch
 from ddptui.launch.outcome import RunResult
-from ddptui.store.health import stall_text
+from ddptui.store.health import stall_texts
 from ddptui.store.store import Store
 
 
@@ -55,6 +55,7 @@ class Printer:
 
     def __call__(self, batch: Batch) -> None:
         parts: list[str] = []
+        stalls: list[Stall] = []  # said together: a whole-run stall is one line
         for ev in batch.events:
             if isinstance(ev, LogLine):
                 parts.append(format_line(ev))
@@ -65,7 +66,9 @@ class Printer:
             elif isinstance(ev, Failure):
                 parts.append(format_failure_head(ev))
             elif isinstance(ev, Stall):
-                parts.append(f"[{ev.node} ddptui] {'⚠ ' if ev.stalled else ''}{stall_text(ev)}")
+                stalls.append(ev)
+        parts.extend(f"[{s.node} ddptui] {'⚠ ' if s.stalled else ''}{text}"
+                     for s, text in stall_texts(stalls))
         if parts:
             self.out.write("\n".join(parts) + "\n")
             self.out.flush()

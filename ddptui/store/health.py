@@ -16,7 +16,7 @@ stops.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ddptui.config.model import HealthConfig
@@ -125,13 +125,39 @@ class StallWatch:
 
 
 def stall_text(ev: Stall) -> str:
-    """What ddptui says of a stall, in the headless output and the dashboard's toast."""
+    """What ddptui says of one rank's stall, or of its end."""
     who = f"rank {ev.rank} on {ev.node}"
     if not ev.stalled:
         return f"{who} is going again after {ev.idle_s:.0f} s without a line or metric"
     if ev.whole_run:
-        return (f"{who} stalled: no rank has printed a line or metric for {ev.idle_s:.0f} s, "
-                "the whole run stopped together (one rank is likely stuck before a collective "
-                "the others wait in; its Python stack shows which)")
+        return whole_run_text([ev])
     return (f"{who} stalled: no line or metric for {ev.idle_s:.0f} s while the other ranks "
             "go on")
+
+
+def whole_run_text(stalls: Sequence[Stall]) -> str:
+    """The ranks of a whole-run stall, in one sentence: a line a rank would drown 128 ranks."""
+    by_node: dict[str, list[int]] = {}
+    for s in stalls:
+        by_node.setdefault(s.node, []).append(s.rank)
+    where = "; ".join(f"{_span(ranks)} on {node}" for node, ranks in by_node.items())
+    idle = max(s.idle_s for s in stalls)
+    return (f"the whole run stalled: no rank has printed a line or metric for {idle:.0f} s "
+            f"(rank{'s' if len(stalls) > 1 else ''} {where}); one rank is likely stuck before "
+            "a collective the others wait in, and its Python stack shows which")
+
+
+def stall_texts(stalls: Sequence[Stall]) -> list[tuple[Stall, str]]:
+    """What to say of a batch of stalls, in order: a whole-run stall once, then each rank's
+    own stall or end; each with the stall it starts from (its node heads the line)."""
+    whole = [s for s in stalls if s.stalled and s.whole_run]
+    out = [(whole[0], whole_run_text(whole))] if whole else []
+    out.extend((s, stall_text(s)) for s in stalls if not (s.stalled and s.whole_run))
+    return out
+
+
+def _span(ranks: list[int]) -> str:
+    rs = sorted(ranks)
+    if len(rs) > 2 and rs == list(range(rs[0], rs[-1] + 1)):
+        return f"{rs[0]}-{rs[-1]}"
+    return ", ".join(map(str, rs))

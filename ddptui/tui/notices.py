@@ -14,7 +14,7 @@ from textual.notifications import SeverityLevel
 from ddptui.diagnose.signatures import own_cause
 from ddptui.events import Failure, NodeStatus, Stall
 from ddptui.launch.outcome import RunResult, StopReport
-from ddptui.store.health import stall_text
+from ddptui.store.health import stall_texts
 from ddptui.store.store import NodeView
 
 
@@ -61,22 +61,18 @@ def node_change_notices(nodes: Iterable[NodeView], seen: Mapping[str, NodeStatus
 
 
 def stall_notices(stalls: Sequence[Stall]) -> list[Notice]:
-    """Ranks that stalled or went on again, in ddptui's words (those of the headless output);
-    the ranks of a whole-run stall in one toast, which names the ranks; ``k`` shows their
-    stacks."""
-    whole = [s for s in stalls if s.stalled and s.whole_run]
+    """Ranks that stalled or went on again, in the headless output's words; ``k`` shows
+    their stacks."""
     notices = []
-    if whole:
-        ranks = ", ".join(f"{s.rank} ({s.node})" for s in whole)
-        notices.append(Notice(f"{stall_text(whole[0]).split(': ', 1)[1]}. Stalled ranks: "
-                              f"{ranks}. Press k for their Python stacks.",
-                              "The run stalled", "warning", 30))
-    for s in stalls:
-        if s.stalled and not s.whole_run:
-            notices.append(Notice(f"{stall_text(s)}. Press k for its Python stack.",
-                                  "Rank stalled", "warning", 30))
-        elif not s.stalled:
-            notices.append(Notice(stall_text(s), "Rank going again"))
+    for s, text in stall_texts(stalls):
+        if not s.stalled:
+            notices.append(Notice(text, "Rank going again"))
+        elif s.whole_run:
+            notices.append(Notice(f"{text}. Press k for the ranks' Python stacks.",
+                                  "The run stalled", "warning", 30))
+        else:
+            notices.append(Notice(f"{text}. Press k for its Python stack.", "Rank stalled",
+                                  "warning", 30))
     return notices
 
 

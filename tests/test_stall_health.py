@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from ddptui.config import load_config
 from ddptui.config.model import HealthConfig
 from ddptui.events import Stall
 from ddptui.faces.headless import Printer
+from ddptui.faces.stacks import show_stacks
 from ddptui.launch.follow import Batch
 from ddptui.launch.stacks import (
-    STACKS_SRC,
     NodeStacks,
     RankStack,
     Stacks,
@@ -27,10 +28,12 @@ from ddptui.launch.stacks import (
     read_stacks,
     stacks_cmd,
     stacks_lines,
+    take,
 )
 from ddptui.store import rundir
 from ddptui.store.health import StallWatch, assess, stall_text, whole_run_text
 from ddptui.store.store import RankView
+from ddptui.transport.local import LocalTransport
 from ddptui.tui.notices import stall_notices
 
 CFG = HealthConfig(stall_after=10.0, straggler_fraction=0.25)
@@ -227,9 +230,9 @@ SPY = Path(sys.executable).with_name("py-spy")
 
 
 @pytest.mark.skipif(not SPY.exists(), reason="py-spy is in the test extra")
-def test_the_node_program_finds_the_ranks_by_marker_and_reads_their_stacks() -> None:
-    """Run as a node runs it: a marked process with torchrun's RANK, and its child with the
-    same RANK (as a data loader's worker has), and an unmarked one."""
+def test_the_stacks_of_a_local_node_found_by_marker_read_and_saved(tmp_path: Path) -> None:
+    """As a node runs it (here a ``transport: local`` node): a marked process with torchrun's
+    RANK, its child with the same RANK (as a data loader's worker has), and an unmarked one."""
     body = ("import os, time\n"
             "def in_the_rank():\n"
             "    if os.environ.get('CHILD'):\n"
@@ -243,18 +246,29 @@ def test_the_node_program_finds_the_ranks_by_marker_and_reads_their_stacks() -> 
     ranked = subprocess.Popen([sys.executable, "-c", body], env=env, start_new_session=True)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                              env={**os.environ, "RANK": "5"})
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(f"defaults: {{python: {sys.executable}}}\n"
+                     "nodes: [{host: here, transport: local}]\n")
+    config = load_config(hosts)
     try:
         time.sleep(1.0)
-        res = subprocess.run([sys.executable, "-c", STACKS_SRC, "DDPTUI_RUN=run-x/0", "", "10"],
-                             capture_output=True, text=True, timeout=30,
-                             env={**os.environ, "PATH": f"{SPY.parent}:{os.environ['PATH']}"})
-        got = parse_stacks("here", sys.executable, res.stdout, res.stderr)
-        assert got.problem == "" and len(got.ranks) == 1, (got, res.stderr)
-        s = got.ranks[0]
+        got = take("run-x", config, {"here": LocalTransport(config.nodes[0])}, tmp_path)
+        assert [n.problem for n in got.nodes] == [""] and len(got.nodes[0].ranks) == 1, got
+        s = got.nodes[0].ranks[0]
         assert (s.rank, s.local_rank, s.pid) == (5, 1, ranked.pid)
         assert "in_the_rank (<string>:8)" in s.stack, s.stack
+        saved = Path(got.saved).read_text()
+        assert saved.startswith("rank 5 on here (pid ") and "in_the_rank" in saved
+        assert Path(got.saved).parent == tmp_path / rundir.STACKS
     finally:
         os.killpg(ranked.pid, signal.SIGKILL)  # the rank and its child, which we started
         other.kill()
         for p in (ranked, other):
             p.wait(10)
+
+
+def test_stacks_of_an_unknown_run_says_where_it_looked(tmp_path: Path) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    assert show_stacks(tmp_path, "no-such-run", out=out, err=err) == 2
+    assert err.getvalue().startswith("ddptui: no run 'no-such-run' under ")
+    assert "`ddptui logs` lists the runs there" in err.getvalue() and out.getvalue() == ""

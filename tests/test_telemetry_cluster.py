@@ -19,6 +19,7 @@ from jobs import ddptui, write_job
 from ddptui.config import load_config
 from ddptui.engine.client import EngineClient
 from ddptui.engine.process import EngineProcess, new_run
+from ddptui.launch.controller import Controller
 from ddptui.store import rundir
 from ddptui.store.telemetry import read_telemetry
 
@@ -50,11 +51,9 @@ def samplers_on(c: Cluster) -> dict[str, list[str]]:
     return found
 
 
-def test_samples_reach_the_dashboard_and_disk_and_stop_leaves_no_sampler(
-        cluster2: Cluster, tmp_path: Path) -> None:
-    c = cluster2
+def hosts_file(c: Cluster, tmp_path: Path) -> Path:
     path = f"{STANDIN}:{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
-    hosts = {
+    return write_job(tmp_path, {
         "defaults": {"python": sys.executable, "nproc_per_node": 1,
                      "env": {"JOB_LINES": "600", "JOB_DELAY": "0.1", "PATH": path}},
         "nodes": [{"host": h.name, "workdir": str(tmp_path / f"work-{h.name}")} for h in c.hosts],
@@ -62,8 +61,19 @@ def test_samples_reach_the_dashboard_and_disk_and_stop_leaves_no_sampler(
         "job": {"script": "job.py", "stop_grace": 5},
         "ssh": {"config_file": str(c.ssh_config), "known_hosts": str(c.known_hosts),
                 "connect_timeout": 5},
-    }
-    config = load_config(write_job(tmp_path, hosts))
+    })
+
+
+def only_sshd_left(c: Cluster) -> None:
+    for h in c.hosts:
+        listeners = {p.pid for p in h.sshd_procs}
+        assert set(c.pids(h)) - listeners == set(), h.name
+
+
+def test_samples_reach_the_dashboard_and_disk_and_stop_leaves_no_sampler(
+        cluster2: Cluster, tmp_path: Path) -> None:
+    c = cluster2
+    config = load_config(hosts_file(c, tmp_path))
     engine = EngineProcess()
     try:
         client = engine.open(new_run, config, tmp_path / "state")
@@ -96,6 +106,35 @@ def test_samples_reach_the_dashboard_and_disk_and_stop_leaves_no_sampler(
         assert f" {names[1]} | cpu " in lines[-1] and "| gpu0 " in lines[-1]
     finally:
         engine.close()
-    for h in c.hosts:  # nothing of the run is left either: only sshd
-        listeners = {p.pid for p in h.sshd_procs}
-        assert set(c.pids(h)) - listeners == set(), h.name
+    only_sshd_left(c)  # nothing of the run is left either
+
+
+def wait_until(cond: Any, within: float, what: str) -> None:
+    end = time.monotonic() + within
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {within} s waiting for {what}")
+        time.sleep(0.2)
+
+
+def test_detach_ends_the_samplers_and_attach_starts_them_again(cluster2: Cluster,
+                                                               tmp_path: Path) -> None:
+    c = cluster2
+    state = tmp_path / "state"
+    ctl = Controller(load_config(hosts_file(c, tmp_path)), state_root=state)
+    names = [h.name for h in c.hosts]
+    try:
+        ctl.launch()
+        wait_until(lambda: all(len(ctl.store.node_samples().get(n, [])) >= 2 for n in names),
+                   90, "samples from every node")
+        ctl.detach()
+        assert samplers_on(c) == {}  # the job goes on; nobody samples for nobody
+        ctl = Controller.attach(ctl.run_id, state_root=state)
+        wait_until(lambda: samplers_on(c).keys() == set(names), 30, "samplers again")
+        wait_until(lambda: all(ctl.store.node_samples().get(n) for n in names), 30,
+                   "samples after attach")
+    finally:
+        ctl.stop(grace=5)
+        ctl.wait(60)
+    assert samplers_on(c) == {}
+    only_sshd_left(c)

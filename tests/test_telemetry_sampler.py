@@ -149,3 +149,16 @@ def test_a_lost_heartbeat_while_ddptui_is_here_starts_it_again(
 def test_commands_quote_every_value() -> None:
     cmd = sampler.start_cmd("/w/it's here", FILES, None, "r-1", path="/a b:$(id)")
     assert "'/w/it'\"'\"'s here'" in cmd and "'/a b:$(id)'" in cmd and " 0 60 " in cmd
+
+
+def test_a_node_that_cannot_start_it_says_so_once_and_is_left_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(telemetry, "START_TRIES", 2)
+    notes: list[str] = []
+    s = NodeSampler(node="n1", transport=lambda: None, node_dir=str(tmp_path), run_id="r1",
+                    pgid=None, path=None, publish=lambda samples: None,
+                    note=lambda text, level: notes.append(text), poll=0.1)
+    s.start()
+    s.join(10)
+    assert not s.is_alive()
+    assert notes == ["telemetry: node n1: not connected; no telemetry from this node"]

@@ -35,6 +35,8 @@ CHUNK = 1 << 18
 #: A sampler that lost its heartbeat (ddptui was suspended, the link was down) is started
 #: again, but not more often than this.
 RESTART_AFTER_S = 10.0
+#: Attempts to start a sampler (the connection may be down a while) before giving up.
+START_TRIES = 5
 
 
 class NodeSampler(threading.Thread):
@@ -114,13 +116,13 @@ class NodeSampler(threading.Thread):
         return True
 
     def run(self) -> None:
-        started = warned = False
+        started, failed_starts = False, 0
         while not self.halt.is_set():
             try:
                 t = self._t()
                 if not started:
                     self.start_remote()
-                    started = True
+                    started, failed_starts = True, 0
                 if time.monotonic() >= self._next_beat:
                     self._beat(t)
                 while self._read(t) and not self.halt.is_set():
@@ -130,9 +132,11 @@ class NodeSampler(threading.Thread):
                         return
                     started = False
             except (TransportError, OSError, EOFError) as e:
-                if isinstance(e, TransportError) and not started and not warned:
-                    warned = True
-                    self.note(f"telemetry: {e}", Level.WARNING)
+                if not started:
+                    failed_starts += 1
+                    if failed_starts == START_TRIES:
+                        self.note(f"telemetry: {e}; no telemetry from this node", Level.WARNING)
+                        return
                 if self.halt.wait(2.0):
                     return
                 continue

@@ -159,7 +159,10 @@ def start_cmd(node_dir: str, files: SamplerFiles, pgid: int | None, run_id: str,
     args = " ".join(shlex.quote(a) for a in (str(pgid or 0), str(beat_timeout),
                                              str(segment_lines), f"DDPTUI_RUN={run_id}/",
                                              path or ""))
-    return (f"cd {d} && {{ {_kill(files.pid)}; }}; "
+    outs = " ".join(shlex.quote(files.out.format(i)) for i in (0, 1))
+    # the old one gone and its output removed before this returns: a reader that starts
+    # at once must not read a previous sampler's lines as new
+    return (f"cd {d} && {{ {_kill(files.pid, True)}; rm -f {outs}; }}; "
             f"(setsid sh {shlex.quote(files.script)} {args} > /dev/null 2>&1 < /dev/null &) "
             "&& echo started")
 

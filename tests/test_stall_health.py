@@ -216,7 +216,9 @@ def test_what_a_node_answers() -> None:
     assert broken.problem == "the stacks program failed on n: ddptui: no such interpreter: py"
     refused = RankStack("n", 1, 1, 9, "", "Permission denied (os error 13)")
     assert stacks_lines(Stacks("r", 0.0, [NodeStacks("n", [refused])])) == [
-        "rank 1 on n (pid 9): py-spy could not read it: Permission denied (os error 13)"]
+        "rank 1 on n (pid 9): py-spy could not read it: Permission denied (os error 13)"
+        " (py-spy reads the rank's memory with ptrace: run ddptui's user as root on the node, "
+        "or as the ranks' own user with kernel.yama.ptrace_scope at 0 or 1)"]
 
 
 def test_the_command_quotes_what_it_is_given() -> None:

@@ -31,6 +31,8 @@ from ddptui.transport.base import Transport
 #: Seconds one ``py-spy dump`` may take (it pauses the rank while it reads).
 DUMP_TIMEOUT_S = 10.0
 HOW_TO_GET = "pip install py-spy in the node's environment (the one of {python})"
+PTRACE_HINT = (" (py-spy reads the rank's memory with ptrace: run ddptui's user as root on the "
+               "node, or as the ranks' own user with kernel.yama.ptrace_scope at 0 or 1)")
 
 STACKS_SRC = r"""
 import json, os, shutil, subprocess, sys
@@ -192,7 +194,8 @@ def rank_lines(s: RankStack) -> list[str]:
     """One rank's stack: a head naming rank, node and pid, then py-spy's lines."""
     head = f"rank {s.rank} on {s.node} (pid {s.pid})"
     if s.error:
-        return [f"{head}: py-spy could not read it: {s.error}"]
+        hint = PTRACE_HINT if "ermission denied" in s.error or "not permitted" in s.error else ""
+        return [f"{head}: py-spy could not read it: {s.error}{hint}"]
     if not s.stack.strip():
         return [f"{head}: no stack taken"]
     return [f"{head}:", *("  " + ln for ln in s.stack.rstrip().splitlines())]

@@ -213,6 +213,16 @@ def test_the_command_quotes_every_value() -> None:
     node = NodeConfig("a", "h", python=nasty, workdir="~/w'; echo pwned")
     args = node_args(node, Endpoint("x';id", 1, "a"), nonce="n", expect=2, with_torch=False)
     words = shlex.split(check_cmd(nasty, args))
-    assert words[-4:-2] == [nasty, "-c"] and words[-2] == NODE_SRC
+    assert words[-5:-2] == [nasty, "-S", "-c"] and words[-2] == NODE_SRC
     assert json.loads(words[-1]) == args and args["listen"] and not args["torch"]
+    full = shlex.split(check_cmd(nasty, {**args, "torch": True}))
+    assert full[-4:-2] == [nasty, "-c"]  # torch needs site-packages
     assert args["workdir"] == "~/w'; echo pwned" and args["endpoint"] == "x';id"
+
+
+def test_no_preflight_reaches_the_engines_controller(tmp_path: Path) -> None:
+    from ddptui.engine.process import new_run
+
+    cfg = HostsConfig(tmp_path / "h.yaml", (NodeConfig("a", "localhost", transport="local"),))
+    assert new_run(cfg, tmp_path, False).preflight is False  # type: ignore[attr-defined]
+    assert new_run(cfg, tmp_path).preflight is True  # type: ignore[attr-defined]

@@ -293,7 +293,8 @@ def test_the_check_face_table_lines_json_and_exit_code() -> None:
     assert text[2].split() == ["b", "✓", "✓", "✓", "-", "-", "✓", "✓", "✓", "✗", "-", "✗"]
     assert text[4].startswith("✗ clock: node b's clock is +3.0 s off")
     assert text[5].startswith("✗ reach: node b cannot reach the rendezvous at 10.0.0.1:29400")
-    assert text[6] == "ddptui: 2 problem(s) on b; a run would fail or hang (1.2 s)"
+    assert text[6] == "torch 2.13.0+cpu on every node checked; rendezvous 10.0.0.1:29400 on a"
+    assert text[7] == "ddptui: 2 problem(s) on b; a run would fail or hang (1.2 s)"
     out = io.StringIO()
     assert print_check(Outcome(v, {}, EP, 1.0), ["a", "b"], out, json_out=True) == 1
     js = json.loads(out.getvalue())

@@ -35,6 +35,17 @@ def failure_lines(verdict: Verdict) -> list[str]:
             if r.mark == Mark.FAIL and r.problem]
 
 
+def summary(outcome: Outcome) -> str:
+    """What every node agreed on, and where the rendezvous was tested."""
+    torches = {r.detail for r in outcome.verdict.results
+               if r.check == "torch" and r.mark == Mark.PASS}
+    ep = outcome.endpoint
+    where = f"rendezvous {ep.host}:{ep.port}" + (f" on {ep.node}" if ep.node else "")
+    if len(torches) == 1:
+        return f"torch {torches.pop()} on every node checked; {where}"
+    return where
+
+
 def as_json(outcome: Outcome, nodes: list[str]) -> dict[str, object]:
     v = outcome.verdict
     return {
@@ -61,6 +72,7 @@ def print_check(outcome: Outcome, nodes: list[str], out: TextIO, *, json_out: bo
     fails = failure_lines(v)
     if fails:
         lines += ["", *fails]
+    lines.append(summary(outcome))
     took = f"{outcome.seconds:.1f} s"
     if v.ok:
         lines.append(f"ddptui: {len(nodes)} node(s) ready ({took})")

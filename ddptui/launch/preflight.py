@@ -58,11 +58,16 @@ def endpoint_of(config: HostsConfig, addresses: Mapping[str, str]) -> Endpoint:
 
 
 def check_cmd(python: str, args: Mapping[str, Any]) -> str:
-    """The one command a node runs; exit 127 (and a line saying so) without the interpreter."""
+    """The one command a node runs; exit 127 (and a line saying so) without the interpreter.
+
+    Without torch to import the program needs no site-packages, so ``-S`` skips ``site``:
+    with a few ``.pth`` files (editable installs, certifi) that is most of its start-up.
+    """
     q = quote(python)
+    bare = "" if args.get("torch") else " -S"
     return (f"command -v {q} >/dev/null 2>&1 || "
             f"{{ echo 'ddptui: no such interpreter: '{q} >&2; exit 127; }}; "
-            f"exec {q} -c {quote(NODE_SRC)} {quote(json.dumps(args))}")
+            f"exec {q}{bare} -c {quote(NODE_SRC)} {quote(json.dumps(args))}")
 
 
 def node_args(node: NodeConfig, endpoint: Endpoint, *, nonce: str, expect: int,

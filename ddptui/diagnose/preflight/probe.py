@@ -18,7 +18,7 @@ connecting side closes first, so no TIME_WAIT is left on the port torchrun binds
 from __future__ import annotations
 
 NODE_SRC = r'''
-import errno, json, os, shutil, socket, subprocess, sys, tempfile, threading, time
+import errno, json, os, socket, subprocess, sys, threading, time
 A = json.loads(sys.argv[1])
 T0 = time.monotonic()
 out = {"v": 1, "python": sys.executable, "version": sys.version.split()[0]}
@@ -33,6 +33,10 @@ def bg(key, fn):
     t = threading.Thread(target=run, daemon=True)
     t.start()
     threads.append(t)
+
+def which(name):
+    return any(os.access(os.path.join(d, name), os.X_OK)
+               for d in os.environ.get("PATH", "").split(os.pathsep) if d)
 
 def cmdline(pid):
     try:
@@ -206,7 +210,7 @@ def route():
     except OSError as e:
         return {"error": str(e)}
     res["dest"] = addrs[0]
-    if shutil.which("ip"):
+    if which("ip"):
         p = subprocess.run(["ip", "-o", "route", "get", addrs[0]], capture_output=True,
                            text=True, timeout=5)
         res.update(rc=p.returncode, out=p.stdout.strip(), err=p.stderr.strip())
@@ -222,9 +226,9 @@ def workdir():
     res = {"path": wd, "exists": p == wd, "probed": p}
     st = os.statvfs(p)
     res["free"] = st.f_bavail * st.f_frsize
+    tmp = os.path.join(p, ".ddptui-check-%d" % os.getpid())
     try:
-        fd, tmp = tempfile.mkstemp(dir=p, prefix=".ddptui-check-")
-        os.close(fd)
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         os.unlink(tmp)
         res["writable"] = True
     except OSError as e:
@@ -233,7 +237,7 @@ def workdir():
     return res
 
 def gpus():
-    if not shutil.which("nvidia-smi"):
+    if not which("nvidia-smi"):
         return None
     q = [subprocess.Popen(["nvidia-smi", arg, "--format=csv"], stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)

@@ -5,6 +5,7 @@ lines (NCCL cannot run here; the lines are real, only their source is a stand-in
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import sys
@@ -19,6 +20,7 @@ from replay import node_events
 from ddptui.cli import main
 from ddptui.config import load_config
 from ddptui.events import NodeStatus
+from ddptui.faces.nccl import show_nccl
 from ddptui.launch.controller import Controller
 from ddptui.launch.follow import Batch, Finished
 from ddptui.launch.ncclwatch import facts_from_raw
@@ -201,8 +203,6 @@ def test_the_run_keeps_its_facts_in_run_json_and_an_attach_reads_them_back(tmp_p
     assert back.to_dict() == ctl.nccl_facts().to_dict()
     out = tmp_path / "out.txt"
     with open(out, "w") as f:
-        from ddptui.faces.nccl import show_nccl
-
         assert show_nccl(tmp_path / "state", ctl.run_id, out=f) == 0
     assert re.search(r"^init time +0\.\d\d s +39\.00 s$", out.read_text(), re.M)
 
@@ -211,7 +211,7 @@ def test_the_run_keeps_its_facts_in_run_json_and_an_attach_reads_them_back(tmp_p
 
 #: A user script standing in for libnccl: each rank prints its node's recorded capture to
 #: stderr (node a's was recorded with NCCL_SOCKET_IFNAME=lo), then waits for the test's gate
-#: file (a minute at most) so the test can look at the run while it is live.
+#: file (two minutes at most) so the test can look at the run while it is live.
 NCCL_JOB = r'''
 import os, sys, time
 import torch.distributed as dist
@@ -219,7 +219,7 @@ dist.init_process_group("gloo")
 r = dist.get_rank()
 for line in open(os.environ["NCCL_CAPTURE"]).read().splitlines():
     print(line, file=sys.stderr, flush=True)
-end = time.monotonic() + 60
+end = time.monotonic() + 120
 while not os.path.exists(os.environ["GATE"]) and time.monotonic() < end:
     time.sleep(0.1)
 print(f"rank {r} done", flush=True)
@@ -259,12 +259,13 @@ def test_a_live_run_shows_its_nccl_facts_while_it_runs_and_keeps_them(tmp_path: 
     (project / "job.py").write_text(NCCL_JOB)
     state = tmp_path / "state"
     run_json = state / "runs" / "nccl-live" / "run.json"
-    proc = spawn_ddptui("run", str(path), "--headless", "--run-id", "nccl-live", state=state,
-                        out=tmp_path / "run.out")
+    proc = spawn_ddptui("run", str(path), "--headless", "--no-preflight", "--run-id",
+                        "nccl-live", state=state, out=tmp_path / "run.out")
     try:
         def live_answer() -> str | None:
-            res = ddptui("nccl", "nccl-live", state=state, timeout=60)
-            return res.stdout if "2 thing(s)" in res.stdout else None
+            out = io.StringIO()
+            code = show_nccl(state, "nccl-live", out=out) if run_json.exists() else None
+            return out.getvalue() if code == 0 and "2 thing(s)" in out.getvalue() else None
 
         shown = poll("live NCCL warnings", live_answer, 120)
         assert shown.startswith("ddptui: NCCL in run nccl-live, running (still running: what "
@@ -293,3 +294,6 @@ def test_a_live_run_shows_its_nccl_facts_while_it_runs_and_keeps_them(tmp_path: 
     assert b["speed_fallbacks"] == {"eth0": "10 Gbps"}
     assert [(w["rule"], w["nodes"]) for w in meta["nccl_warnings"]] == [
         ("bad-interface", ["a"]), ("speed-fallback", ["b"])]
+    done = ddptui("nccl", "nccl-live", state=state, timeout=60)  # the command as installed
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.startswith("ddptui: NCCL in run nccl-live, finished\n")

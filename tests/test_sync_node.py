@@ -75,6 +75,22 @@ def test_a_file_changed_while_sending_leaves_no_tree(tmp_path: Path) -> None:
     assert not Path(root).exists() or [p.name for p in Path(root).iterdir()] == []
 
 
+def test_a_file_that_only_grew_since_hashing_ships_as_hashed(tmp_path: Path) -> None:
+    """ddptui's own output, say, written into the project while it launches."""
+    proj = project(tmp_path / "p")
+    (proj / "run.out").write_text("line 1\n")
+    walked = walk(proj)
+    with open(proj / "run.out", "a") as fh:
+        fh.write("line 2\n")
+    digest = walked.manifest.digest()
+    root = rundir.code_root(str(tmp_path / "w"))
+    cmds = Commands(nodeops.sync_query_cmd(sys.executable, root, digest),
+                    nodeops.sync_push_cmd(sys.executable, root, digest))
+    sync_node("n", LocalTransport(NodeConfig("n", "localhost")), cmds, walked, str(proj),
+              lambda _t: None)
+    assert (Path(root) / digest / "run.out").read_text() == "line 1\n"
+
+
 def test_a_node_that_cannot_write_is_named(tmp_path: Path) -> None:
     proj = project(tmp_path / "p")
     (tmp_path / "w").write_text("a file where the workdir should be")

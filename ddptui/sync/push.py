@@ -8,6 +8,7 @@ puts would cost a round trip each, seconds for a few thousand files on a far nod
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -49,16 +50,17 @@ def _last_json(stdout: str) -> dict[str, Any] | None:
 
 def _chunks(header: bytes, plan: PushPlan, walked: Walked, local_root: str,
             progress: Callable[[int, int], None]) -> Iterator[bytes]:
-    """The push's stdin; refuses a file that changed since it was hashed, since its bytes
-    would no longer be what the manifest promises."""
+    """The push's stdin. A file touched since it was hashed is hashed again as it is sent:
+    a log that only grew (one being written in the project, say) ships as it was when
+    hashed; any other change ends the push, since the bytes would not be what the manifest
+    promises."""
     yield header
     sent = 0
     for i, e in enumerate(plan.send):
         path = os.path.join(local_root, e.path)
         st = os.stat(path)
-        if (st.st_size, st.st_mtime_ns) != walked.stamps.get(e.path):
-            raise ProjectError(f"{e.path} changed while the project was being sent; "
-                               "launch again")
+        check = (hashlib.sha256() if (st.st_size, st.st_mtime_ns) != walked.stamps.get(e.path)
+                 else None)
         left = e.size
         with open(path, "rb") as fh:
             while left:
@@ -66,10 +68,15 @@ def _chunks(header: bytes, plan: PushPlan, walked: Walked, local_root: str,
                 if not chunk:
                     raise ProjectError(f"{e.path} shrank while the project was being sent; "
                                        "launch again")
+                if check is not None:
+                    check.update(chunk)
                 left -= len(chunk)
                 sent += len(chunk)
                 yield chunk
                 progress(i, sent)
+        if check is not None and check.hexdigest() != e.sha256:
+            raise ProjectError(f"{e.path} changed while the project was being sent; "
+                               "launch again")
         progress(i + 1, sent)
 
 

@@ -245,7 +245,8 @@ def test_the_stacks_of_a_local_node_found_by_marker_read_and_saved(tmp_path: Pat
             "    time.sleep(60)\n"
             "in_the_rank()\n")
     env = {**os.environ, "DDPTUI_RUN": "run-x/0", "RANK": "5", "LOCAL_RANK": "1"}
-    ranked = subprocess.Popen([sys.executable, "-c", body], env=env, start_new_session=True)
+    ranked = subprocess.Popen([sys.executable, "-c", body, "--token", "s3cret-value"], env=env,
+                              start_new_session=True)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                              env={**os.environ, "RANK": "5"})
     hosts = tmp_path / "hosts.yaml"
@@ -254,13 +255,16 @@ def test_the_stacks_of_a_local_node_found_by_marker_read_and_saved(tmp_path: Pat
     config = load_config(hosts)
     try:
         time.sleep(1.0)
-        got = take("run-x", config, {"here": LocalTransport(config.nodes[0])}, tmp_path)
+        got = take("run-x", config, {"here": LocalTransport(config.nodes[0])}, tmp_path,
+                   mask=lambda text: text.replace("s3cret-value", "***"))
         assert [n.problem for n in got.nodes] == [""] and len(got.nodes[0].ranks) == 1, got
         s = got.nodes[0].ranks[0]
         assert (s.rank, s.local_rank, s.pid) == (5, 1, ranked.pid)
         assert "in_the_rank (<string>:8)" in s.stack, s.stack
         saved = Path(got.saved).read_text()
         assert saved.startswith("rank 5 on here (pid ") and "in_the_rank" in saved
+        # the rank's command line heads its stack: a secret in it is masked, kept and shown
+        assert "--token ***" in s.stack and "s3cret" not in s.stack + saved
         assert Path(got.saved).parent == tmp_path / rundir.STACKS
     finally:
         os.killpg(ranked.pid, signal.SIGKILL)  # the rank and its child, which we started

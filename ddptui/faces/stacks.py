@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ddptui.config import HostsConfig
+from ddptui.config.secrets import config_masker
 from ddptui.launch.reach import connect, map_at_once
 from ddptui.launch.stacks import stacks_lines, take
 from ddptui.store import rundir
@@ -41,7 +42,8 @@ def show_stacks(state_root: Path | None, run_id: str, *, rank: int | None = None
         else:
             transports[node.name] = got
     try:
-        stacks = take(run_id, config, transports, rundir.run_dir(root, run_id), rank=rank)
+        stacks = take(run_id, config, transports, rundir.run_dir(root, run_id), rank=rank,
+                      mask=config_masker(config).text)
     finally:
         for t in transports.values():
             t.close()

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -184,10 +184,14 @@ def save(run_dir: Path, stacks: Stacks) -> Stacks:
 
 
 def take(run_id: str, config: HostsConfig, transports: Mapping[str, Transport], run_dir: Path,
-         *, nodes: list[str] | None = None, rank: int | None = None) -> Stacks:
-    found = Stacks(run_id, time.time(), collect(run_id, config, transports, nodes=nodes,
-                                                 rank=rank))
-    return save(run_dir, found)
+         *, nodes: list[str] | None = None, rank: int | None = None,
+         mask: Callable[[str], str] = str) -> Stacks:
+    """Collect and save; ``mask`` hides secret values (a rank's command line is in its
+    stack's head) before anything is kept or shown."""
+    answers = [NodeStacks(n.node, [replace(s, stack=mask(s.stack), error=mask(s.error))
+                                   for s in n.ranks], mask(n.problem))
+               for n in collect(run_id, config, transports, nodes=nodes, rank=rank)]
+    return save(run_dir, Stacks(run_id, time.time(), answers))
 
 
 def rank_lines(s: RankStack) -> list[str]:

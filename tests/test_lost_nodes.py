@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from cluster import Cluster, ClusterFactory
-from jobs import marked_pids, run_id_of, seqs, spawn_ddptui, write_job
+from jobs import ddptui, marked_pids, run_id_of, seqs, spawn_ddptui, write_job
 from test_ssh_run import hosts, only_sshd_left, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.torchrun]
@@ -83,11 +83,17 @@ def test_a_killed_node_ends_the_run_naming_it(cluster_factory: ClusterFactory,
     assert meta["diagnosis"]["node"] == "node2" and meta["unstopped"] == ["node2"]
     assert "node2 left as they are; `ddptui stop" in text
     wait_until(lambda: only_sshd_left(c), 10, "node1 to hold nothing of the run")
+    link(c, "node2", "up")  # the node comes back, later: a stop cleans up and records it
+    c.start_sshd("node2")
+    res = ddptui("stop", meta["run_id"], state=state, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    meta = read_meta(state, meta["run_id"])
+    assert (meta["status"], meta["exit_code"], meta["unstopped"]) == ("failed", 255, [])
 
 
 def test_a_partition_shorter_than_lost_after_loses_and_repeats_no_line(
-        cluster_factory: ClusterFactory, tmp_path: Path) -> None:
-    c = cluster_factory(2)
+        cluster2: Cluster, tmp_path: Path) -> None:
+    c = cluster2  # healed before the test ends, so the module's cluster is shared
     n = 80
     state, out = tmp_path / "state", tmp_path / "run.out"
     proc = spawn_ddptui("run", str(lost_hosts(c, tmp_path, 12, n, delay=0.1)), "--headless",
@@ -111,8 +117,8 @@ def test_a_partition_shorter_than_lost_after_loses_and_repeats_no_line(
 
 
 def test_a_long_partition_fails_the_run_and_nothing_is_left_after_heal(
-        cluster_factory: ClusterFactory, tmp_path: Path) -> None:
-    c = cluster_factory(2)
+        cluster2: Cluster, tmp_path: Path) -> None:
+    c = cluster2
     state, out = tmp_path / "state", tmp_path / "run.out"
     proc = spawn_ddptui("run", str(lost_hosts(c, tmp_path, 4, 100000)), "--headless",
                         state=state, out=out)

@@ -229,8 +229,8 @@ def node_lost(facts: RunFacts, claimed: set[Key]) -> list[Finding]:
                 Cause.NODE_LOST, node.node, None, node.status_time or 0.0,
                 f"node {node.node} was lost: ddptui stopped hearing from it and could not "
                 "read an exit code",
-                f"check that {node.node} is up and reachable over SSH; if the job still runs "
-                "there, `ddptui attach` follows it again",
+                f"check that {node.node} is up and reachable over SSH; what the run left "
+                "there is stopped when it answers again (`ddptui stop RUN_ID` later)",
                 [cite(ln) for ln in last])
             f.explains = {(rf.node, rf.rank) for rf in facts.node_ranks(node.node)}
             out.append(f)

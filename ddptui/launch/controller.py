@@ -269,7 +269,7 @@ class Controller:
     def stacks(self, rank: int | None = None, nodes: list[str] | None = None) -> Stacks:
         """The ranks' Python stacks now (:mod:`ddptui.launch.stacks`), saved in the run dir."""
         return take(self.run_id, self.config, self.transports, self.local_dir, nodes=nodes,
-                    rank=rank)
+                    rank=rank, mask=self.masker.text)
 
     def wait(self, timeout: float | None = None) -> RunResult | None:
         self._done.wait(timeout)
@@ -331,7 +331,7 @@ class Controller:
             if n.name not in report.errors:
                 self.node_state(n.name, NodeStatus.STOPPED, "stopped")
                 self._finished[n.name] = Finished(n.name, NodeStatus.STOPPED, None)
-        if not self._done.is_set():
+        if not self._done.is_set() and not liveness.ended_before(self, report.errors):
             self._conclude()
 
     def detach(self) -> None:

@@ -27,9 +27,10 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ddptui.events import Level, NodeStatus
+from ddptui.events import Level, NodeStatus, RunStatus
 from ddptui.launch import nodeops
 from ddptui.launch.reach import connect, map_at_once
 from ddptui.transport.base import Transport
@@ -162,6 +163,15 @@ class Reaper(threading.Thread):
         for name, what in self.report.items():
             self.ctl._meta["nodes"][name]["cleanup"] = what
         self.ctl.write_meta(unstopped=list(self.pending))
+
+
+def ended_before(ctl: Controller, unreached: Mapping[str, str]) -> bool:
+    """A stop of a run that had already ended (``ddptui stop`` after a lost node came back)
+    cleans up and records it, but does not rewrite how the run ended."""
+    if RunStatus.read(ctl._meta.get("status")).live:
+        return False
+    ctl.write_meta(unstopped=[n for n in ctl._meta.get("unstopped", []) if n in unreached])
+    return True
 
 
 def reap(ctl: Controller, lost_after: float) -> Reaper | None:

@@ -205,7 +205,16 @@ def _config(**rdzv: Any) -> HostsConfig:
     ({"endpoint": "store.example"}, Endpoint("store.example", 29400, None)),
 ])
 def test_where_the_rendezvous_is(rdzv: dict[str, Any], want: Endpoint) -> None:
-    assert endpoint_of(_config(**rdzv), {"a": "10.0.0.1", "b": "10.0.0.2"}) == want
+    names = {"b.cluster.local": {"10.0.0.2"}, "10.0.0.2": {"10.0.0.2"}}
+    got = endpoint_of(_config(**rdzv), {"a": "10.0.0.1", "b": "10.0.0.2"},
+                      lambda h: names.get(h, set()))
+    assert got == want
+
+
+def test_an_endpoint_named_otherwise_is_found_by_address() -> None:
+    names = {"b.cluster.local": {"10.0.0.2"}, "host-b": {"10.0.0.2"}}
+    got = endpoint_of(_config(endpoint="b.cluster.local"), {}, lambda h: names.get(h, set()))
+    assert got == Endpoint("b.cluster.local", 29400, "b")
 
 
 def test_the_command_quotes_every_value() -> None:

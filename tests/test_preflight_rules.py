@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ddptui.config import HostsConfig, NodeConfig
+from ddptui.config import HostsConfig, NodeConfig, RendezvousConfig
 from ddptui.diagnose.preflight import CHECKS, Endpoint, Mark, NodeReport, Verdict, judge
 from ddptui.diagnose.preflight.report import (
     Connect,
@@ -171,20 +171,34 @@ def test_a_process_row_for_a_gpu_shows_its_index() -> None:
     assert got is not None and "GPU 1 by pid 9 (x, 5 MiB)" in (got.problem or "")
 
 
-@pytest.mark.parametrize(("over", "node", "mark", "said"), [
-    ({"host_addrs": ("127.0.1.1",)}, {}, Mark.FAIL,
-     "its hostname 'b' resolves to 127.0.1.1 (loopback) there. torchrun's c10d rendezvous "
-     "advertises the node by this name and gloo binds to what it resolves to"),
-    ({"host_addrs": ("127.0.1.1",)}, {"addr": "10.0.0.2"}, Mark.FAIL, "GLOO_SOCKET_IFNAME"),
+@pytest.mark.parametrize(("over", "node", "backend", "mark", "said"), [
+    ({"host_addrs": ("127.0.1.1",)}, {}, "c10d", Mark.FAIL,
+     "node b: c10d advertises the node as 'b', which resolves to 127.0.1.1 (loopback) there; "
+     "gloo binds to the address of 'b', which resolves to 127.0.1.1 (loopback) there, so the "
+     "other nodes would connect to themselves or not at all. Map the name to the node's "
+     "network address in /etc/hosts, or set `addr:` for this node and GLOO_SOCKET_IFNAME in "
+     "its `env:`."),
+    ({"host_addrs": ("127.0.1.1",)}, {"addr": "10.0.0.2"}, "c10d", Mark.FAIL,
+     "node b: gloo binds to the address of 'b', which resolves to 127.0.1.1"),
+    ({"host_addrs": ("127.0.1.1",)}, {"env": {"GLOO_SOCKET_IFNAME": "eth0"}}, "c10d",
+     Mark.FAIL, "node b: c10d advertises the node as 'b', which resolves to 127.0.1.1 "
+     "(loopback) there, so"),
+    ({"host_addrs": ("127.0.1.1",)}, {"env": {"GLOO_SOCKET_IFNAME": "eth0"}}, "static",
+     Mark.PASS, "b → 127.0.1.1"),
     ({"host_addrs": ("127.0.1.1",)}, {"addr": "10.0.0.2", "env": {
-        "GLOO_SOCKET_IFNAME": "eth0"}}, Mark.PASS, "b → 127.0.1.1"),
-    ({"host_addrs": None, "host_error": "[Errno -2] Name or service not known"}, {},
-     Mark.FAIL, "does not resolve there ([Errno -2] Name or service not known)"),
-    ({"fqdn": None}, {}, Mark.SKIP, "not checked"),
+        "GLOO_SOCKET_IFNAME": "eth0"}}, "c10d", Mark.PASS, "b → 127.0.1.1"),
+    # the fqdn is fine, the short name is not: gloo's trap only
+    ({"fqdn": "b.lan", "short_addrs": ("127.0.1.1",)}, {}, "c10d", Mark.FAIL,
+     "node b: gloo binds to the address of 'b', which resolves to 127.0.1.1"),
+    ({"host_addrs": None, "host_error": "[Errno -2] Name or service not known"}, {}, "c10d",
+     Mark.FAIL, "c10d advertises the node as 'b', which does not resolve there ([Errno -2] "
+     "Name or service not known); gloo binds to the address of 'b', which does not resolve"),
+    ({"fqdn": None}, {}, "c10d", Mark.SKIP, "not checked"),
 ])
 def test_hostname_resolving_to_loopback(over: dict[str, Any], node: dict[str, Any],
-                                        mark: Mark, said: str) -> None:
-    cfg = HostsConfig(Path("h"), (NodeConfig("a", "host-a"), NodeConfig("b", "host-b", **node)))
+                                        backend: str, mark: Mark, said: str) -> None:
+    cfg = HostsConfig(Path("h"), (NodeConfig("a", "host-a"), NodeConfig("b", "host-b", **node)),
+                      rendezvous=RendezvousConfig(backend=backend))  # type: ignore[arg-type]
     got = verdict([healthy("a"), healthy("b", **over)], cfg).get("b", "hostname")
     assert got is not None and got.mark == mark and said in (got.problem or got.detail), got
 
@@ -274,10 +288,15 @@ def test_reach_is_not_judged_without_the_listener() -> None:
     v = verdict([gone, healthy("b", connect=refused)])
     assert only_failure(v)[:2] == ("a", "python")
     assert v.get("b", "reach").detail == "not tested: node a did not listen"  # type: ignore
+    # an endpoint that is none of the nodes (by name or address): nobody listened, so a
+    # refusal says nothing, while a drop still does
     outside = Endpoint("store.example", 29400, None)
-    line = only_failure(verdict([healthy("a", listen=None), healthy("b", connect=refused)],
-                                endpoint=outside))[2]
-    assert line.startswith("node b: nothing accepts at the rendezvous store.example:29400")
+    v = verdict([healthy("a", listen=None), healthy("b", connect=refused)], endpoint=outside)
+    assert v.ok and v.get("b", "reach").mark == Mark.SKIP  # type: ignore[union-attr]
+    v = verdict([healthy("a", listen=None), healthy("b", connect=Connect("timeout"))],
+                endpoint=outside)
+    assert only_failure(v)[2].startswith("node b cannot reach the rendezvous at "
+                                         "store.example:29400: connection attempts time out")
 
 
 def test_the_check_face_table_lines_json_and_exit_code() -> None:

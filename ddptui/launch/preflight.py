@@ -13,8 +13,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import secrets
+import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,9 +44,18 @@ class Outcome:
     seconds: float
 
 
-def endpoint_of(config: HostsConfig, addresses: Mapping[str, str]) -> Endpoint:
+def resolve(host: str) -> set[str]:
+    """Addresses of ``host`` as this machine sees them; none when it does not resolve."""
+    try:
+        return {str(i[4][0]) for i in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
+    except OSError:
+        return set()
+
+
+def endpoint_of(config: HostsConfig, addresses: Mapping[str, str],
+                lookup: Callable[[str], set[str]] = resolve) -> Endpoint:
     """The address every node connects to (as the plan computes it) and the node that hosts
-    the store there; ``addresses`` are the nodes' ssh addresses."""
+    the store there (by name, else by address); ``addresses`` are the nodes' ssh addresses."""
     rd = config.rendezvous
     first = config.rendezvous_node
     if rd.endpoint is None:
@@ -53,6 +63,11 @@ def endpoint_of(config: HostsConfig, addresses: Mapping[str, str]) -> Endpoint:
                         rd.effective_port, first.name)
     for n in config.ordered_nodes:
         if rd.endpoint in (n.addr, n.host, addresses.get(n.name)):
+            return Endpoint(rd.endpoint, rd.effective_port, n.name)
+    wanted = lookup(rd.endpoint)
+    for n in config.ordered_nodes:
+        names = {x for x in (n.addr, n.host, addresses.get(n.name)) if x}
+        if wanted and any(wanted & lookup(x) for x in names):
             return Endpoint(rd.endpoint, rd.effective_port, n.name)
     return Endpoint(rd.endpoint, rd.effective_port, None)
 

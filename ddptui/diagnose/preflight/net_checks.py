@@ -12,26 +12,35 @@ _LOOPBACK = ("127.", "::1")
 
 
 def check_hostname(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
+    """Two traps: torchrun's c10d rendezvous advertises a node as ``socket.getfqdn()``
+    (unless ``--local-addr``, our ``addr:``), and gloo binds to what ``gethostname()``
+    resolves to, falling back to loopback when it does not (unless GLOO_SOCKET_IFNAME)."""
     if r.fqdn is None:
         return skip("not checked")
-    name = r.fqdn
     if not c.multi_node:
-        return ok(name)
-    if r.host_addrs is None:
-        return fail("unresolved", f"node {n.name}: its hostname {name!r} does not resolve "
-                     f"there ({r.host_error}): torchrun's c10d rendezvous advertises each "
-                     "node by this name, and gloo binds to what it resolves to. Add it to "
-                     "/etc/hosts there, or set `addr:` for this node.")
-    loop = [a for a in r.host_addrs if a.startswith(_LOOPBACK)]
-    env = _effective_env(n, r)
-    if loop and not (n.addr and env.get(GLOO_VAR)):
-        return fail(f"→ {loop[0]}", f"node {n.name}: its hostname {name!r} resolves to "
-                     f"{loop[0]} (loopback) there. torchrun's c10d rendezvous advertises "
-                     "the node by this name and gloo binds to what it resolves to, so the "
-                     "other nodes would connect to themselves and time out. Map the name to "
-                     "the node's network address in /etc/hosts, or set `addr:` for this node "
-                     f"and {GLOO_VAR} in its `env:`.")
-    return ok(f"{name} → {', '.join(r.host_addrs)}")
+        return ok(r.fqdn)
+    said: list[str] = []
+    first: str | None = None
+    asks = []
+    if c.config.rendezvous.backend == "c10d" and n.addr is None:
+        asks.append(("c10d advertises the node as", r.fqdn, r.host_addrs, r.host_error))
+    if not _effective_env(n, r).get(GLOO_VAR):
+        told = r.short_addrs is not None or r.short_error is not None
+        short, err = (r.short_addrs, r.short_error) if told else (r.host_addrs, r.host_error)
+        asks.append(("gloo binds to the address of", r.hostname, short, err))
+    for who, name, addrs, err in asks:
+        if addrs is None:
+            said.append(f"{who} {name!r}, which does not resolve there ({err})")
+            first = first or "unresolved"
+        elif loop := [a for a in addrs if a.startswith(_LOOPBACK)]:
+            said.append(f"{who} {name!r}, which resolves to {loop[0]} (loopback) there")
+            first = first or f"→ {loop[0]}"
+    if said:
+        return fail(first or "?", f"node {n.name}: {'; '.join(said)}, so the other nodes "
+                    "would connect to themselves or not at all. Map the name to the node's "
+                    "network address in /etc/hosts, or set `addr:` for this node and "
+                    f"{GLOO_VAR} in its `env:`.")
+    return ok(f"{r.fqdn} → {', '.join(r.host_addrs or ())}")
 
 
 def _effective_env(n: NodeConfig, r: NodeReport) -> dict[str, str | None]:
@@ -105,10 +114,8 @@ def check_reach(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
                      "nodes (with c10d torchrun opens one more random port, and NCCL others:"
                      " allow TCP between the nodes).")
     if conn.result == "refused":
-        if ep.node is None:
-            return fail("refused", f"node {n.name}: nothing accepts at the rendezvous "
-                         f"{target}. Start the store there, or leave `rendezvous.endpoint` "
-                         "unset so node rank 0 hosts it.")
+        if ep.node is None:  # the store's node is unknown here: it is not up yet
+            return skip(f"no listener: {ep.host} is none of the nodes")
         return fail("refused", f"node {n.name}: connections to the rendezvous at {target} "
                      f"are refused while ddptui listened there: a firewall on {by} rejects "
                      f"them. Allow TCP {ep.port} into {by} from the other nodes.")

@@ -197,10 +197,11 @@ def names():
     hn = socket.gethostname()
     fq = socket.getfqdn()
     res = {"hostname": hn, "fqdn": fq}
-    try:
-        res["addrs"] = sorted({i[4][0] for i in socket.getaddrinfo(fq, None)})
-    except OSError as e:
-        res["error"] = str(e)
+    for key, name in (("", fq), ("short_", hn)):
+        try:
+            res[key + "addrs"] = sorted({i[4][0] for i in socket.getaddrinfo(name, None)})
+        except OSError as e:
+            res[key + "error"] = str(e)
     return res
 
 def route():

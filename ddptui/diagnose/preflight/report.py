@@ -121,7 +121,11 @@ class NodeReport:
     hostname: str | None = None
     fqdn: str | None = None
     host_addrs: tuple[str, ...] | None = None
+    """What ``fqdn`` resolves to there: c10d advertises the node by ``socket.getfqdn()``."""
     host_error: str | None = None
+    short_addrs: tuple[str, ...] | None = None
+    """What ``hostname`` resolves to there: gloo binds to it (``gethostname()``)."""
+    short_error: str | None = None
     route_dest: str | None = None
     route_dev: str | None = None
     route_src: str | None = None
@@ -221,7 +225,10 @@ def parse_report(node: str, stdout: str, *, exit_code: int = 0, stderr: str = ""
         kw["torch"] = TorchInfo(t.get("torch"), t.get("cuda"), t.get("nccl"),
                                 t.get("cuda_available"), t.get("devices"), t.get("error"))
     if isinstance(n := d.get("names"), dict):
-        kw.update(hostname=n.get("hostname"), fqdn=n.get("fqdn"), host_error=n.get("error"))
+        kw.update(hostname=n.get("hostname"), fqdn=n.get("fqdn"), host_error=n.get("error"),
+                  short_error=n.get("short_error"))
+        if "short_addrs" in n:
+            kw["short_addrs"] = tuple(n["short_addrs"])
         if "addrs" in n:
             kw["host_addrs"] = tuple(n["addrs"])
     if isinstance(r := d.get("route"), dict):

@@ -251,3 +251,29 @@ def test_clean_frees_old_runs_and_caches_and_keeps_a_live_run(cluster2: Any,
     listing = ddptui("logs", state=state)
     assert any(live_id in ln and "node files removed" in ln
                for ln in listing.stdout.splitlines()), listing.stdout
+
+
+def test_the_report_says_what_each_node_freed_and_what_stayed() -> None:
+    from ddptui.faces.clean import human_bytes, report_lines
+    from ddptui.launch.clean import CleanReport
+    from ddptui.launch.clean_plan import Choice, Freed
+
+    choice = Choice(local=["r1"], live=["r9"], kept=["r2", "r3"])
+    report = CleanReport(False, Policy(keep=2, older_than_days=7), choice,
+                         nodes={"a": Freed(1, 2, 3_400_000), "b": Freed(1, 0, 10, ("r8",))},
+                         local_runs=1, local_bytes=2048, local_dir=Path("/s/runs"))
+    lines = report_lines(report)
+    assert lines[0] == "ddptui: node a: freed 3.4 MB: 1 run, 2 code caches"
+    assert lines[1] == "ddptui: node b: freed 10 B: 1 run, 0 code caches"
+    assert "left r8: it started running meanwhile" in lines[2]
+    assert "ddptui: here (/s/runs): freed 2.0 KB: 1 run" in lines
+    assert "ddptui: kept 1 live run, untouched: r9" in lines
+    assert any("2 finished runs (the 2 newest, or younger than 7 days" in ln for ln in lines)
+    report.dry_run, report.keep_logs = True, True
+    lines = report_lines(report)
+    assert lines[0].startswith("ddptui: node a: would free 3.4 MB")
+    assert "kept the logs of 1 run (--keep-logs)" in "\n".join(lines)
+    report.errors = ["node b: unreachable"]
+    assert report_lines(report)[-3] == "ddptui: the local run dirs were kept, since not every " \
+        "node was cleaned"
+    assert human_bytes(999) == "999 B" and human_bytes(10**13) == "10.0 TB"

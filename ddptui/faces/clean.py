@@ -35,6 +35,10 @@ def report_lines(report: CleanReport) -> list[str]:
     out.extend(f"ddptui: {e}" for e in report.errors)
     if report.errors:
         out.append("ddptui: the local run dirs were kept, since not every node was cleaned")
+    elif report.keep_logs:
+        n = len(report.choice.local)
+        out.append(f"ddptui: here ({report.local_dir}): kept the logs of "
+                   f"{_count(n, 'run', 'runs')} (--keep-logs); `ddptui logs` marks them")
     else:
         out.append(f"ddptui: here ({report.local_dir}): {verb} "
                    f"{human_bytes(report.local_bytes)}: "

@@ -52,6 +52,7 @@ class CleanReport:
     local_runs: int = 0
     local_bytes: int = 0
     local_dir: Path | None = None
+    keep_logs: bool = False
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -71,7 +72,8 @@ def clean(config: HostsConfig, *, state: Path | None = None, policy: Policy | No
         scans, workdirs = _scan_all(config, nodes, transports)
         local = _local_runs(root, config, scans)
         choice = choose(scans, local, policy, time.time())
-        report = CleanReport(dry_run, policy, choice, local_dir=rundir.runs_dir(root))
+        report = CleanReport(dry_run, policy, choice, local_dir=rundir.runs_dir(root),
+                             keep_logs=keep_logs)
 
         def remove(node: NodeConfig) -> Freed:
             name = node.name

@@ -187,3 +187,42 @@ def test_automatic_preflight_is_fast(cluster2: Cluster, tmp_path: Path) -> None:
     meta = json.loads((tmp_path / "state" / "runs" / run_id_of(res.stdout) / "run.json")
                       .read_text())
     assert meta["preflight"]["ok"] is True and meta["preflight"]["seconds"] < 2.0, meta
+
+
+def test_gpus_from_a_stand_in_nvidia_smi(cluster2: Cluster, tmp_path: Path) -> None:
+    """No GPU here: node2's nvidia-smi replays the recorded H100 query, and its process list
+    names a real process of a (pretend) earlier ddptui run; node1 has none, so not applicable."""
+    data = Path(__file__).parent / "data" / "preflight"
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                              env={"DDPTUI_RUN": "20261122-000000-old/1"})
+    try:
+        head = (data / "h100-nvidia-smi-compute-apps.txt").read_text()
+        apps = tmp_path / "apps.csv"
+        apps.write_text(f"{head}{holder.pid}, python3, 20480 MiB, "
+                        "GPU-76d5d0e1-3ccb-a2a4-e982-f89aff455b2e\n")
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        smi = bin_dir / "nvidia-smi"
+        smi.write_text(f'#!/bin/sh\ncase "$*" in\n'
+                       f'  *--query-gpu=*) cat {data / "h100-nvidia-smi-query-idle.csv"} ;;\n'
+                       f'  *--query-compute-apps=*) cat {apps} ;;\n  *) exit 2 ;;\nesac\n')
+        smi.chmod(0o755)
+        wrapper = tmp_path / "python-gpu"
+        wrapper.write_text(f'#!/bin/sh\nPATH={bin_dir}:$PATH exec {sys.executable} "$@"\n')
+        wrapper.chmod(0o755)
+        path, _ = hosts_file(cluster2, tmp_path, node2={"python": str(wrapper)})
+        res = check(path, tmp_path)
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert row(res.stdout, "node1")[3:5] == ["-", "-"]
+    assert row(res.stdout, "node2")[3:5] == ["✗", "✗"]
+    lines = failures(res.stdout)
+    assert any(ln.startswith("✗ gpus: node node2 has 1 GPU(s) (1× NVIDIA H100 80GB HBM3) but "
+                             "nproc_per_node is 2: ranks would share a GPU") for ln in lines)
+    busy = next(ln for ln in lines if ln.startswith("✗ gpu use:"))
+    assert f"GPU 0 by pid {holder.pid} ({sys.executable} -c import time; time.sleep(60), " \
+           "20,480 MiB)" in busy, busy
+    assert busy.endswith("it is left from ddptui run 20261122-000000-old: "
+                         "`ddptui stop 20261122-000000-old`."), busy

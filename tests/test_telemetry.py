@@ -204,3 +204,11 @@ def test_store_keeps_histories_writes_telemetry_jsonl_and_replicas_get_them(
     written = list(read_telemetry(tmp_path))
     assert written == [*samples, extra]
     assert not (tmp_path / rundir.EVENTS).exists()  # samples are not events.jsonl's
+
+
+def test_torn_and_foreign_lines_are_left_out() -> None:
+    p = SamplerParser("n")
+    torn = ["T 12.3x", "T 5", "C cpu 1 2 x", "L", "M MemTotal: lots", "N eth0: 1 2",
+            "@epoch 1", "P+ nonsense", "garbage", "", "E"]
+    [s] = _feed(p, "\n".join(torn))
+    assert s.cpu is None and s.mem_total is None and s.net == {} and s.time == 0.0

@@ -35,6 +35,9 @@ CHUNK = 1 << 18
 #: A sampler that lost its heartbeat (ddptui was suspended, the link was down) is started
 #: again, but not more often than this.
 RESTART_AFTER_S = 10.0
+#: A started sampler that wrote nothing for this long is started again (it was killed, or
+#: ddptui fell a whole segment behind it).
+SILENT_S = 20.0
 #: Attempts to start a sampler (the connection may be down a while) before giving up.
 START_TRIES = 5
 
@@ -63,6 +66,7 @@ class NodeSampler(threading.Thread):
         self._beats = 0
         self._next_beat = 0.0
         self._started_at = 0.0
+        self._heard = 0.0  # when the sampler's output last grew
 
     def _t(self) -> Transport:
         t = self.transport()
@@ -86,7 +90,7 @@ class NodeSampler(threading.Thread):
                                             f"start: {res.stderr.strip() or res.stdout.strip()}")
         self.parser = SamplerParser(self.node)
         self._segment, self._offset, self._buf = 0, 0, b""
-        self._started_at = time.monotonic()
+        self._started_at = self._heard = time.monotonic()
 
     def _beat(self, t: Transport) -> None:
         self._beats += 1
@@ -102,6 +106,7 @@ class NodeSampler(threading.Thread):
             return False
         if not data:
             return False
+        self._heard = time.monotonic()
         complete, self._buf = split_complete(self._buf + data)
         self._offset += len(complete)
         samples: list[NodeSample] = []
@@ -130,6 +135,10 @@ class NodeSampler(threading.Thread):
                 if self.parser.ended:
                     if not self._ended():
                         return
+                    started = False
+                elif time.monotonic() - self._heard > SILENT_S:
+                    self.note(f"telemetry sampler silent for {SILENT_S:.0f} s; starting it "
+                              "again", Level.INFO)
                     started = False
             except (TransportError, OSError, EOFError) as e:
                 if not started:

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,7 +20,54 @@ from cluster import Cluster, ClusterFactory
 from jobs import ddptui, marked_pids, run_id_of, seqs, spawn_ddptui, write_job
 from test_ssh_run import hosts, only_sshd_left, wait_until
 
-pytestmark = [pytest.mark.cluster, pytest.mark.torchrun]
+from ddptui.launch.liveness import Watch
+
+
+class Follower:
+    """The part of a NodeFollower the watch reads: when it last heard from its node."""
+
+    def __init__(self, silent_for: float) -> None:
+        self.last_heard = time.monotonic() - silent_for
+        self.trouble = "connection reset"
+        self.ended = False
+        self.halt = threading.Event()
+        self.gave_up = ""
+
+    def give_up(self, detail: str) -> bool:
+        self.gave_up, self.ended = detail, True
+        self.halt.set()
+        return True
+
+
+def watch_once(silent: dict[str, float]) -> tuple[Watch, dict[str, Follower], list[str]]:
+    followers = {n: Follower(s) for n, s in silent.items()}
+    stopped: list[str] = []
+    done = threading.Event()
+    ctl = SimpleNamespace(
+        _followers=followers, _done=done, _stopping=threading.Event(), transports={},
+        config=SimpleNamespace(job=SimpleNamespace(stop_grace=1.0)),
+        node_state=lambda *a: None, _publish_note=lambda *a: None,
+        _stop_node=lambda name, grace: stopped.append(name) or [])
+    w = Watch(ctl, lost_after=4, tick=0.01)  # type: ignore[arg-type]
+    w.start()
+    time.sleep(0.3)
+    done.set()
+    w.join(5)
+    return w, followers, stopped
+
+
+def test_a_silent_node_is_lost_and_the_others_are_stopped() -> None:
+    w, f, stopped = watch_once({"a": 0.0, "b": 9.0, "c": 1.0})
+    assert w.lost == ["b"] and sorted(stopped) == ["a", "c"]
+    assert f["b"].gave_up.startswith("lost: no answer for 9 s (health.lost_after is 4 s)")
+    assert not f["a"].gave_up and not f["c"].gave_up
+
+
+def test_when_no_node_answers_none_is_declared_lost() -> None:
+    w, _, stopped = watch_once({"a": 9.0, "b": 9.0})
+    assert w.lost == [] and stopped == []
+    w, _, stopped = watch_once({"a": 9.0})  # one node: nothing tells the two apart
+    assert w.lost == ["a"]
 
 
 def lost_hosts(c: Cluster, tmp: Path, lost_after: float, lines: int,
@@ -56,6 +105,8 @@ def read_meta(state: Path, run_id: str) -> dict[str, Any]:
     return json.loads((state / "runs" / run_id / "run.json").read_text())
 
 
+@pytest.mark.cluster
+@pytest.mark.torchrun
 def test_a_killed_node_ends_the_run_naming_it(cluster_factory: ClusterFactory,
                                               tmp_path: Path) -> None:
     c = cluster_factory(2)
@@ -91,6 +142,8 @@ def test_a_killed_node_ends_the_run_naming_it(cluster_factory: ClusterFactory,
     assert (meta["status"], meta["exit_code"], meta["unstopped"]) == ("failed", 255, [])
 
 
+@pytest.mark.cluster
+@pytest.mark.torchrun
 def test_a_partition_shorter_than_lost_after_loses_and_repeats_no_line(
         cluster2: Cluster, tmp_path: Path) -> None:
     c = cluster2  # healed before the test ends, so the module's cluster is shared
@@ -116,6 +169,8 @@ def test_a_partition_shorter_than_lost_after_loses_and_repeats_no_line(
         assert len(shown) == n, rank
 
 
+@pytest.mark.cluster
+@pytest.mark.torchrun
 def test_a_long_partition_fails_the_run_and_nothing_is_left_after_heal(
         cluster2: Cluster, tmp_path: Path) -> None:
     c = cluster2

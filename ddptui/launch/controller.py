@@ -243,7 +243,7 @@ class Controller:
 
     def _conclude(self) -> None:
         codes = {n: f.exit_code for n, f in self._finished.items()}
-        lost = bool(self.watch.lost)  # the run ended because a node was lost
+        lost = bool(self.watch.lost) and not self._stopping.is_set()  # a stop comes first
         stopped = not lost and (self._stopping.is_set() or any(
             f.status is NodeStatus.STOPPED for f in self._finished.values()))
         failures = self.store.failure_list()

@@ -5,7 +5,9 @@ no liveness answer) for ``lost_after`` seconds, whatever the reason: a dead mach
 killed sshd, a cut cable. The judge is a thread of its own (:class:`Watch`), not the node's
 follower: on a partitioned link a read does not fail, it blocks (SFTP waits a minute), and a
 blocked thread cannot notice its own silence. Shorter silences cost nothing: the follower
-resumes at its byte offset, so no line is lost or read twice.
+resumes at its byte offset, so no line is lost or read twice. When no node answers at all,
+the trouble is likelier on this machine's side (its network, a suspend), and no node is
+declared lost for it; a run of one node is the exception, as nothing tells the two apart.
 
 **The run ends.** The world size is fixed (``--nnodes N``), so the other nodes' ranks cannot
 go on without the lost one: they would wait in a collective until its timeout (half an hour
@@ -68,12 +70,15 @@ class Watch(threading.Thread):
             if followers and all(f.halt.is_set() for f in followers.values()):
                 return  # detached, or every node over
             now = time.monotonic()
-            for name, f in list(followers.items()):
-                silent = now - f.last_heard
-                if f.ended or f.halt.is_set() or silent < self.lost_after:
-                    continue
+            live = {n: f for n, f in followers.items() if not (f.ended or f.halt.is_set())}
+            silent = {n: now - f.last_heard for n, f in live.items()
+                      if now - f.last_heard >= self.lost_after}
+            if len(live) > 1 and len(silent) == len(live):
+                continue  # no node answers: this machine's own link is the likelier trouble
+            for name, quiet in silent.items():
+                f = live[name]
                 why = f"; last error: {f.trouble}" if f.trouble else ""
-                if f.give_up(f"lost: no answer for {silent:.0f} s (health.lost_after is "
+                if f.give_up(f"lost: no answer for {quiet:.0f} s (health.lost_after is "
                              f"{self.lost_after:g} s){why}"):
                     self.lost.append(name)
                     close_later(self.ctl.transports.pop(name, None))

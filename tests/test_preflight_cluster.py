@@ -55,11 +55,12 @@ def row(out: str, node: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def dropped(c: Cluster, host: str, port: int) -> Iterator[None]:
-    """An nft rule in the host's namespace that silently drops TCP to ``port``."""
+def dropped(c: Cluster, host: str, port: int, verdict: str = "drop") -> Iterator[None]:
+    """An nft rule in the host's namespace that silently drops TCP to ``port`` (or answers
+    with ``verdict``, e.g. a reset)."""
     rules = (f"table inet ddptui_test {{\n chain input {{\n"
              f"  type filter hook input priority 0; policy accept;\n"
-             f"  tcp dport {port} drop\n }}\n}}\n")
+             f"  tcp dport {port} {verdict}\n }}\n}}\n")
     c.exec(host, ["nft", "-f", "-"], input=rules.encode(), check=True)
     try:
         yield
@@ -86,15 +87,20 @@ def test_healthy_cluster_passes(cluster2: Cluster, tmp_path: Path) -> None:
     assert js["nodes"]["node2"]["network"]["detail"] == f"eth0 → {cluster2['node1'].ip}"
 
 
-def test_firewall_dropping_the_rendezvous_port(cluster2: Cluster, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("verdict", "said"), [
+    ("drop", "✗ reach: node node2 cannot reach the rendezvous at {ip}:{port}: connection "
+     "attempts time out, so packets are dropped (a firewall on node node1"),
+    ("reject with tcp reset", "✗ reach: node node2: connections to the rendezvous at "
+     "{ip}:{port} are refused while ddptui listened there: a firewall on node node1 rejects"),
+])
+def test_firewall_on_the_rendezvous_port(cluster2: Cluster, tmp_path: Path, verdict: str,
+                                         said: str) -> None:
     path, port = hosts_file(cluster2, tmp_path)
-    with dropped(cluster2, "node1", port):
+    with dropped(cluster2, "node1", port, verdict):
         res = check(path, tmp_path)
     assert res.returncode == 1, res.stdout + res.stderr
-    lines = failures(res.stdout)
-    want = (f"✗ reach: node node2 cannot reach the rendezvous at {cluster2['node1'].ip}:{port}: "
-            "connection attempts time out, so packets are dropped (a firewall on node node1")
-    assert any(ln.startswith(want) for ln in lines), res.stdout
+    want = said.format(ip=cluster2["node1"].ip, port=port)
+    assert any(ln.startswith(want) for ln in failures(res.stdout)), res.stdout
     assert row(res.stdout, "node2")[-1] == "✗" and row(res.stdout, "node1")[9] == "✓"
 
 

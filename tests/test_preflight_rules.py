@@ -326,3 +326,22 @@ def test_the_check_face_table_lines_json_and_exit_code() -> None:
                        ["a", "b"], ok) == 0
     assert ok.getvalue().splitlines()[-1] == "ddptui: 2 node(s) ready (0.4 s)"
 
+
+
+def test_parts_that_did_not_answer_in_time_fail() -> None:
+    """A hung nvidia-smi, NFS workdir or name service is a broken node, not a skipped check."""
+    out = {"v": 1, "python": "/usr/bin/python3", "version": "3.11.7", "time": 0.0,
+           "interfaces": {"lo": ["127.0.0.1"], "eth0": ["10.0.0.2"]},
+           "route": {"dest": "10.0.0.1", "rc": 0, "out": "10.0.0.1 dev eth0 src 10.0.0.2"},
+           "connect": {"result": "ok", "addr": "10.0.0.1", "ms": 2},
+           "pending": ["gpus", "workdir", "names"]}
+    from ddptui.diagnose.preflight import parse_report
+
+    r = dataclasses.replace(parse_report("b", json.dumps(out)), torch=TorchInfo("2.13.0+cpu"))
+    v = verdict([healthy("a"), r])
+    fails = {x.check: x.problem for x in v.results if x.mark == Mark.FAIL}
+    assert set(fails) == {"gpus", "workdir", "hostname"}, fails
+    assert "nvidia-smi fails (nvidia-smi did not answer in time)" in fails["gpus"]
+    assert "could not check workdir ~/.ddptui-work: no answer in time" in fails["workdir"]
+    assert fails["hostname"].startswith("node b: looking up its own hostname failed (no "
+                                        "answer in time)")

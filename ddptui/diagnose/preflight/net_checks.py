@@ -3,6 +3,8 @@ the rendezvous port on the endpoint node, and every node's connect to it."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from ddptui.config import NodeConfig
 from ddptui.diagnose.preflight.ifname import GLOO_VAR, NCCL_VAR, ifname_problems
 from ddptui.diagnose.preflight.report import NodeReport
@@ -15,6 +17,10 @@ def check_hostname(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
     """Two traps: torchrun's c10d rendezvous advertises a node as ``socket.getfqdn()``
     (unless ``--local-addr``, our ``addr:``), and gloo binds to what ``gethostname()``
     resolves to, falling back to loopback when it does not (unless GLOO_SOCKET_IFNAME)."""
+    if (err := r.errors.get("names")) is not None:
+        return fail("no answer", f"node {n.name}: looking up its own hostname failed ({err})"
+                    ": torchrun and gloo do the same at start and would hang or fail there. "
+                    "Fix its name service (/etc/hosts, DNS), or set `addr:` for this node.")
     if r.fqdn is None:
         return skip("not checked")
     if not c.multi_node:
@@ -52,6 +58,8 @@ def check_network(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
     if not r.interfaces and r.route_dest is None and r.route_error is None:
         return skip("not checked")
     ep = c.endpoint
+    if r.route_error is None and (err := r.errors.get("route")) is not None:
+        r = dataclasses.replace(r, route_error=err)
     if r.route_error is not None:
         return fail("no route", f"node {n.name} cannot reach the rendezvous endpoint "
                      f"{ep.host} ({r.route_error}). Check the endpoint (`rendezvous.endpoint` "

@@ -32,7 +32,7 @@ def bg(key, fn):
             out[key] = {"error": type(e).__name__ + ": " + str(e)}
     t = threading.Thread(target=run, daemon=True)
     t.start()
-    threads.append(t)
+    threads.append((key, t))
 
 def which(name):
     return any(os.access(os.path.join(d, name), os.X_OK)
@@ -287,8 +287,9 @@ if A.get("torch"):
         out["torch"] = torch_versions()
     except BaseException as e:
         out["torch"] = {"error": type(e).__name__ + ": " + str(e)}
-for t in threads:
+for _, t in threads:
     t.join(max(0.0, T0 + A["budget_s"] - time.monotonic()))
+out["pending"] = [k for k, t in threads if t.is_alive()]
 out["time"] = time.time()
 print(json.dumps(dict(out)), flush=True)
 os._exit(0)  # now: an interpreter's teardown (torch's) would skew the clock reading

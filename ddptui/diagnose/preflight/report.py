@@ -217,6 +217,10 @@ def parse_report(node: str, stdout: str, *, exit_code: int = 0, stderr: str = ""
         return NodeReport(node, not_run=why, python_missing=exit_code == 127)
     errors = {k: e for k in ("names", "route", "workdir", "gpus", "listen", "connect")
               if (e := _error(d.get(k))) is not None}
+    for k in d.get("pending") or ():  # a hung NFS workdir, DNS, or nvidia-smi
+        errors[k] = "no answer in time"
+        if k == "gpus":
+            d[k] = {"error": "nvidia-smi did not answer in time"}
     kw: dict[str, Any] = {"python": d.get("python"), "python_version": d.get("version"),
                           "interfaces": {str(k): tuple(v) for k, v in
                                          (d.get("interfaces") or {}).items()},

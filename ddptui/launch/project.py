@@ -20,7 +20,7 @@ from ddptui.launch import nodeops
 from ddptui.launch.plan import NodeLaunch, Plan, expand_home, module_paths, script_in_project
 from ddptui.launch.reach import map_at_once
 from ddptui.store import rundir
-from ddptui.sync.push import Commands, sync_node
+from ddptui.sync.push import Commands, Plans, sync_node
 from ddptui.sync.walk import ProjectError, Walked, walk
 
 if TYPE_CHECKING:
@@ -92,6 +92,7 @@ def sync_all(ctl: Controller, plan: Plan, walked: Walked | None) -> None:
     digest = walked.manifest.digest()
     counts: dict[str, Any] = {}
     lock = threading.Lock()
+    plans = Plans()
 
     def ship(launch: NodeLaunch) -> None:
         name, node = launch.node.name, launch.node
@@ -101,7 +102,7 @@ def sync_all(ctl: Controller, plan: Plan, walked: Walked | None) -> None:
         commands = Commands(nodeops.sync_query_cmd(node.python, code_root, digest),
                             nodeops.sync_push_cmd(node.python, code_root, digest))
         stats = sync_node(name, ctl.transports[name], commands, walked, job.project or "",
-                          lambda text: ctl.node_state(name, NodeStatus.UPLOADING, text))
+                          lambda text: ctl.node_state(name, NodeStatus.UPLOADING, text), plans)
         with lock:
             counts[name] = stats
             ctl.write_meta(sync=dict(counts))

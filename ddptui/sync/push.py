@@ -11,12 +11,21 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from ddptui.sync.manifest import Manifest, PushPlan, done_text, plan_push, progress_text, stats
+from ddptui.sync.manifest import (
+    Entry,
+    Manifest,
+    PushPlan,
+    done_text,
+    plan_push,
+    progress_text,
+    stats,
+)
 from ddptui.sync.walk import ProjectError, Walked
 from ddptui.transport.base import Transport
 
@@ -35,6 +44,28 @@ class Commands:
 
     query: str
     push: str
+
+
+@dataclass
+class Plans:
+    """Push plans shared by the nodes of one launch: nodes that answer alike (usually all of
+    them, holding the same previous tree) cost one diff and one header, not one each."""
+
+    _made: dict[tuple[str, int], tuple[PushPlan, bytes]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def get(self, answer_text: str, answer: dict[str, Any], manifest: Manifest
+            ) -> tuple[PushPlan, bytes]:
+        key = (answer_text, len(answer_text))
+        with self._lock:
+            if key not in self._made:
+                m = answer.get("manifest")
+                have = Manifest.of(Entry.from_list(e) for e in m["entries"]) if m else None
+                plan = plan_push(manifest, have)
+                header = json.dumps(plan.header(manifest, answer.get("base")),
+                                    separators=(",", ":")) + "\n"
+                self._made[key] = (plan, header.encode())
+            return self._made[key]
 
 
 def _last_json(stdout: str) -> dict[str, Any] | None:
@@ -81,8 +112,10 @@ def _chunks(header: bytes, plan: PushPlan, walked: Walked, local_root: str,
 
 
 def sync_node(node: str, transport: Transport, commands: Commands, walked: Walked,
-              local_root: str, on_progress: Callable[[str], None]) -> dict[str, Any]:
-    """Put the project's tree on the node under its digest; return the counts for run.json."""
+              local_root: str, on_progress: Callable[[str], None],
+              plans: Plans | None = None) -> dict[str, Any]:
+    """Put the project's tree on the node under its digest; return the counts for run.json.
+    ``plans``: shared by every node of one launch."""
     t0 = time.monotonic()
     manifest = walked.manifest
     digest = manifest.digest()
@@ -91,13 +124,10 @@ def sync_node(node: str, transport: Transport, commands: Commands, walked: Walke
     if res.exit_code != 0 or answer is None:
         raise SyncError(f"node {node}: could not read its code cache (exit code "
                         f"{res.exit_code}): {(res.stderr.strip() or res.stdout.strip())[-500:]}")
-    base = answer.get("base")
-    have = Manifest.from_json(json.dumps(answer["manifest"])) if answer.get("manifest") else None
-    plan = plan_push(manifest, have)
+    plan, header = (plans or Plans()).get(res.stdout.strip(), answer, manifest)
     if answer.get("have"):
         on_progress(done_text(plan, time.monotonic() - t0, cached=True))
         return dict(stats(plan, time.monotonic() - t0, digest, cached=True))
-    header = (json.dumps(plan.header(manifest, base), separators=(",", ":")) + "\n").encode()
     last = [0.0]
 
     def progress(files_done: int, sent: int) -> None:

@@ -49,7 +49,7 @@ def unchanged(d, e):
     if e[1] != "file":
         return True
     try:
-        st = os.stat(os.path.join(root, d, e[0]))
+        st = os.stat(root + "/" + d + "/" + e[0])
     except OSError:
         return False
     return st.st_size == e[3] and len(e) > 6 and st.st_mtime_ns == e[6]
@@ -75,10 +75,9 @@ final = os.path.join(root, digest)
 tmp = os.path.join(root, ".tmp-%s-%d" % (digest, os.getpid()))
 base = os.path.join(root, hdr["base"]) if hdr["base"] else None
 def inside(p):
-    full = os.path.normpath(os.path.join(tmp, p))
-    if not full.startswith(tmp + "/"):
+    if p.startswith("/") or "/../" in "/" + p + "/" or p in ("", ".", ".."):
         raise SystemExit("ddptui sync: refusing a path outside the tree: " + p)
-    return full
+    return tmp + "/" + p
 def link(s, d):
     try:
         os.link(s, d)
@@ -101,7 +100,7 @@ try:
         os.chmod(full, mode)
         files += 1
     for src, dst in hdr["from_base"]:
-        link(os.path.join(base, src), inside(dst))
+        link(base + "/" + src, inside(dst))
     for src, dst in hdr["copies"]:
         link(inside(src), inside(dst))
     for p, target in hdr["links"]:
@@ -112,7 +111,7 @@ try:
         if e[1] == "file":
             e.append(os.stat(inside(e[0])).st_mtime_ns)
     with open(tmp + suf, "w") as f:
-        json.dump(hdr["manifest"], f)
+        f.write(json.dumps(hdr["manifest"], separators=(",", ":")))
     try:
         os.rename(tmp, final)
     except OSError:

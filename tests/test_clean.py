@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from ddptui.launch.clean_plan import (
     parse_scan,
     removal_request,
 )
+from ddptui.launch.controller import Controller
 
 NOW = 1_000_000.0
 SECRET = "hf_clean-test-secret-value"
@@ -109,8 +111,8 @@ def sh(cmd: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=60)
 
 
-def node_dir(work: Path, run_id: str, *, code: str = "", **files: str) -> Path:
-    d = work / ".ddptui" / "runs" / run_id / "node0"
+def node_dir(work: Path, run_id: str, *, code: str = "", rank: int = 0, **files: str) -> Path:
+    d = work / ".ddptui" / "runs" / run_id / f"node{rank}"
     d.mkdir(parents=True)
     (d / "launch.sh").write_text(f"cd '{work}/.ddptui/code/{code}'\n" if code else "")
     (d / "node.log").write_bytes(b"x" * 5000)
@@ -175,6 +177,41 @@ def test_node_program_judges_liveness_and_frees_by_inode(tmp_path: Path) -> None
             p.wait(5)
 
 
+def test_clean_command_on_local_nodes(tmp_path: Path) -> None:
+    """The whole command without SSH (`transport: local`); a node that cannot be scanned
+    stops it before anything is removed anywhere."""
+    def hosts_file(python: str) -> Path:
+        path = tmp_path / f"hosts-{len(python)}.yaml"
+        path.write_text(yaml.safe_dump({
+            "defaults": {"python": python, "transport": "local"},
+            "nodes": [{"name": n, "workdir": str(tmp_path / f"w{n}")} for n in "ab"]}))
+        return path
+
+    good = hosts_file(sys.executable)
+    state = tmp_path / "state"
+    for age, run_id in enumerate(["r0", "r1", "r2"]):
+        t = time.time() - (age + 1) * DAY
+        for rank, n in enumerate("ab"):
+            d = node_dir(tmp_path / f"w{n}", run_id, rank=rank, exit_code="0\n")
+            for p in (*d.iterdir(), d):
+                os.utime(p, (t, t))
+        local = state / "runs" / run_id
+        local.mkdir(parents=True)
+        (local / "run.json").write_text(json.dumps({
+            "run_id": run_id, "config": {"path": str(good)}, "status": "finished",
+            "ended_at": t, "nodes": [{"name": "a"}, {"name": "b"}]}))
+    bad = ddptui("clean", "--keep", "0", str(hosts_file("/no/such/python")), state=state)
+    assert bad.returncode == 2 and "nothing was removed" in bad.stderr, bad.stderr
+    assert len(list((state / "runs").iterdir())) == 3
+    res = ddptui("clean", "--keep", "1", str(good), state=state)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for n in "ab":
+        assert f"ddptui: node {n}: freed " in res.stdout and ": 2 runs, 0 code caches" in res.stdout
+        assert [p.name for p in (tmp_path / f"w{n}" / ".ddptui" / "runs").iterdir()] == ["r0"]
+    assert "here (" in res.stdout and ": 2 runs" in res.stdout.split("here (")[1]
+    assert [p.name for p in (state / "runs").iterdir()] == ["r0"]
+
+
 # -- over SSH: two hosts, two ranks each ---------------------------------------------------
 
 def write_project(tmp: Path, version: int) -> None:
@@ -234,7 +271,13 @@ def test_clean_frees_old_runs_and_caches_and_keeps_a_live_run(cluster2: Any,
     finally:
         live.kill()  # the laptop closes; the run goes on without its controller
         live.wait(30)
-    # stop reads run.json, which withholds HF_TOKEN: stopping needs no secret
+    attached = Controller.attach(live_id, state_root=state, follow=False)
+    try:  # run.json withholds HF_TOKEN; attach takes it back from each node's launch.sh
+        assert {n.env["HF_TOKEN"] for n in attached.config.nodes} == {SECRET}
+        assert attached.config.withheld_env == () and SECRET in attached.masker.values
+    finally:
+        attached.detach()
+    # stop reads run.json too: stopping needs no secret
     stop = ddptui("stop", live_id, "--grace", "3", state=state, timeout=120)
     assert stop.returncode == 0, stop.stdout + stop.stderr
     assert marked_pids(live_id) == []

@@ -40,7 +40,7 @@ from cluster import Cluster  # noqa: E402
 from ddptui.config import NodeConfig, SSHOptions  # noqa: E402
 from ddptui.launch import nodeops  # noqa: E402
 from ddptui.store import rundir  # noqa: E402
-from ddptui.sync.push import Commands, Plans, sync_node  # noqa: E402
+from ddptui.sync.push import Plans, sync_node  # noqa: E402
 from ddptui.sync.walk import walk  # noqa: E402
 from ddptui.transport.base import Transport  # noqa: E402
 from ddptui.transport.factory import make_transport  # noqa: E402
@@ -88,9 +88,8 @@ def ddptui_sync(project: Path, transports: list[Transport], work: Path, state: P
 
     def one(t: Transport) -> dict[str, int]:
         code_root = rundir.code_root(str(work / t.node))
-        cmds = Commands(nodeops.sync_query_cmd(sys.executable, code_root, digest),
-                        nodeops.sync_push_cmd(sys.executable, code_root, digest))
-        return dict(sync_node(t.node, t, cmds, walked, str(project), lambda _text: None,
+        cmd = nodeops.sync_cmd(sys.executable, code_root, digest)
+        return dict(sync_node(t.node, t, cmd, walked, str(project), lambda _text: None,
                               plans))
 
     with ThreadPoolExecutor(len(transports)) as pool:

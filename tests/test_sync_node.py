@@ -13,7 +13,7 @@ import pytest
 from ddptui.config import NodeConfig
 from ddptui.launch import nodeops
 from ddptui.store import rundir
-from ddptui.sync.push import Commands, SyncError, sync_node
+from ddptui.sync.push import SyncError, sync_node
 from ddptui.sync.walk import ProjectError, walk
 from ddptui.transport.local import LocalTransport
 
@@ -32,8 +32,7 @@ def push(proj: Path, work: Path) -> tuple[dict[str, object], Path, list[str]]:
     walked = walk(proj)
     digest = walked.manifest.digest()
     root = rundir.code_root(str(work))
-    cmds = Commands(nodeops.sync_query_cmd(sys.executable, root, digest),
-                    nodeops.sync_push_cmd(sys.executable, root, digest))
+    cmds = nodeops.sync_cmd(sys.executable, root, digest)
     said: list[str] = []
     stats = sync_node("n", LocalTransport(NodeConfig("n", "localhost")), cmds, walked,
                       str(proj), said.append)
@@ -66,8 +65,7 @@ def test_a_file_changed_while_sending_leaves_no_tree(tmp_path: Path) -> None:
     (proj / "pkg/b.py").write_text("longer now")
     digest = walked.manifest.digest()
     root = rundir.code_root(str(work))
-    cmds = Commands(nodeops.sync_query_cmd(sys.executable, root, digest),
-                    nodeops.sync_push_cmd(sys.executable, root, digest))
+    cmds = nodeops.sync_cmd(sys.executable, root, digest)
     with pytest.raises(ProjectError, match=r"pkg/b\.py changed"):
         sync_node("n", LocalTransport(NodeConfig("n", "localhost")), cmds, walked, str(proj),
                   lambda _t: None)
@@ -84,8 +82,7 @@ def test_a_file_that_only_grew_since_hashing_ships_as_hashed(tmp_path: Path) -> 
         fh.write("line 2\n")
     digest = walked.manifest.digest()
     root = rundir.code_root(str(tmp_path / "w"))
-    cmds = Commands(nodeops.sync_query_cmd(sys.executable, root, digest),
-                    nodeops.sync_push_cmd(sys.executable, root, digest))
+    cmds = nodeops.sync_cmd(sys.executable, root, digest)
     sync_node("n", LocalTransport(NodeConfig("n", "localhost")), cmds, walked, str(proj),
               lambda _t: None)
     assert (Path(root) / digest / "run.out").read_text() == "line 1\n"

@@ -126,13 +126,9 @@ def stop_cmd(python: str, run_id: str, node_rank: int, grace: float, pgid: int |
                       rundir.in_node_dir(node_dir, rundir.STOP_REQUESTED))
 
 
-def sync_query_cmd(python: str, code_root: str, digest: str) -> str:
-    return python_cmd(python, remote.QUERY_SRC, code_root, digest, rundir.CODE_MANIFEST_SUFFIX,
-                      no_site=True)
-
-
-def sync_push_cmd(python: str, code_root: str, digest: str) -> str:
-    return python_cmd(python, remote.PUSH_SRC, code_root, digest, rundir.CODE_MANIFEST_SUFFIX,
+def sync_cmd(python: str, code_root: str, digest: str) -> str:
+    """The node side of one sync (see :mod:`ddptui.sync.remote`)."""
+    return python_cmd(python, remote.SYNC_SRC, code_root, digest, rundir.CODE_MANIFEST_SUFFIX,
                       no_site=True)
 
 

@@ -20,7 +20,7 @@ from ddptui.launch import nodeops
 from ddptui.launch.plan import NodeLaunch, Plan, expand_home, module_paths, script_in_project
 from ddptui.launch.reach import map_at_once
 from ddptui.store import rundir
-from ddptui.sync.push import Commands, Plans, sync_node
+from ddptui.sync.push import Plans, sync_node
 from ddptui.sync.walk import ProjectError, Walked, walk
 
 if TYPE_CHECKING:
@@ -99,9 +99,8 @@ def sync_all(ctl: Controller, plan: Plan, walked: Walked | None) -> None:
         assert launch.project_dir is not None
         code_root = posixpath.dirname(launch.project_dir)  # see rundir.code_dir
         ctl.node_state(name, NodeStatus.UPLOADING, "sync: comparing with the node's copy")
-        commands = Commands(nodeops.sync_query_cmd(node.python, code_root, digest),
-                            nodeops.sync_push_cmd(node.python, code_root, digest))
-        stats = sync_node(name, ctl.transports[name], commands, walked, job.project or "",
+        command = nodeops.sync_cmd(node.python, code_root, digest)
+        stats = sync_node(name, ctl.transports[name], command, walked, job.project or "",
                           lambda text: ctl.node_state(name, NodeStatus.UPLOADING, text), plans)
         with lock:
             counts[name] = stats

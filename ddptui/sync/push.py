@@ -32,18 +32,12 @@ from ddptui.transport.base import Transport
 _CHUNK = 256 << 10
 #: How often the progress detail may change (the faces show every change).
 PROGRESS_EVERY_S = 0.5
+#: How long the node's program may take to say what it has.
+ANSWER_TIMEOUT_S = 60.0
 
 
 class SyncError(Exception):
     """A node could not take the code; ``str()`` names the node and says why."""
-
-
-@dataclass(frozen=True)
-class Commands:
-    """The node-side programs as shell commands (built by :mod:`ddptui.launch.nodeops`)."""
-
-    query: str
-    push: str
 
 
 @dataclass
@@ -111,36 +105,62 @@ def _chunks(header: bytes, plan: PushPlan, walked: Walked, local_root: str,
         progress(i + 1, sent)
 
 
-def sync_node(node: str, transport: Transport, commands: Commands, walked: Walked,
+def sync_node(node: str, transport: Transport, command: str, walked: Walked,
               local_root: str, on_progress: Callable[[str], None],
               plans: Plans | None = None) -> dict[str, Any]:
     """Put the project's tree on the node under its digest; return the counts for run.json.
+
+    One conversation on one channel (``command``: :data:`ddptui.sync.remote.SYNC_SRC`): the
+    node's answer arrives while stdin waits, then the header and the missing bytes follow.
     ``plans``: shared by every node of one launch."""
     t0 = time.monotonic()
     manifest = walked.manifest
     digest = manifest.digest()
-    res = transport.run(commands.query, timeout=60)
-    answer = _last_json(res.stdout)
-    if res.exit_code != 0 or answer is None:
-        raise SyncError(f"node {node}: could not read its code cache (exit code "
-                        f"{res.exit_code}): {(res.stderr.strip() or res.stdout.strip())[-500:]}")
-    plan, header = (plans or Plans()).get(res.stdout.strip(), answer, manifest)
-    if answer.get("have"):
-        on_progress(done_text(plan, time.monotonic() - t0, cached=True))
-        return dict(stats(plan, time.monotonic() - t0, digest, cached=True))
+    plans = plans or Plans()
+    out = bytearray()
+    answered = threading.Event()
     last = [0.0]
 
-    def progress(files_done: int, sent: int) -> None:
-        now = time.monotonic()
-        if now - last[0] >= PROGRESS_EVERY_S:
-            last[0] = now
-            on_progress(progress_text(files_done, len(plan.send), sent, now - t0))
+    def on_output(data: bytes, is_err: bool) -> None:
+        if not is_err:
+            out.extend(data)
+            if b"\n" in out:
+                answered.set()
 
-    res = transport.run_stream(commands.push, timeout=120 + plan.bytes / 1e6,
-                               stdin=_chunks(header, plan, walked, local_root, progress))
-    if res.exit_code != 0 or not (_last_json(res.stdout) or {}).get("ok"):
+    def feed() -> Iterator[bytes]:
+        deadline = t0 + ANSWER_TIMEOUT_S
+        while not answered.is_set():
+            if time.monotonic() > deadline:
+                return  # stdin closes: the node's program ends without writing anything
+            yield b""  # lets the transport read the answer between chunks
+            answered.wait(0.002)
+        first = bytes(out).split(b"\n", 1)[0].decode("utf-8", "replace")
+        answer = _last_json(first)
+        if answer is None or answer.get("have"):
+            return
+        plan, header = plans.get(first, answer, manifest)
+        total = len(plan.send)
+
+        def counted(files_done: int, sent: int) -> None:
+            now = time.monotonic()
+            if now - last[0] >= PROGRESS_EVERY_S:
+                last[0] = now
+                on_progress(progress_text(files_done, total, sent, now - t0))
+
+        yield from _chunks(header, plan, walked, local_root, counted)
+
+    res = transport.run_stream(command, timeout=120 + manifest.total_bytes / 1e6,
+                               stdin=feed(), on_output=on_output)
+    first = res.stdout.split("\n", 1)[0]
+    answer = _last_json(first)
+    if answer is None:
+        raise SyncError(f"node {node}: could not read its code cache (exit code "
+                        f"{res.exit_code}): {(res.stderr.strip() or res.stdout.strip())[-500:]}")
+    plan, _ = plans.get(first, answer, manifest)
+    cached = bool(answer.get("have"))
+    if res.exit_code != 0 or not (cached or (_last_json(res.stdout) or {}).get("ok")):
         raise SyncError(f"node {node}: the code could not be written there (exit code "
                         f"{res.exit_code}): {(res.stderr.strip() or res.stdout.strip())[-800:]}")
     seconds = time.monotonic() - t0
-    on_progress(done_text(plan, seconds, cached=False))
-    return dict(stats(plan, seconds, digest, cached=False))
+    on_progress(done_text(plan, seconds, cached=cached))
+    return dict(stats(plan, seconds, digest, cached=cached))

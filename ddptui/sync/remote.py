@@ -1,19 +1,20 @@
 """The node side of a sync, as Python source run by the node's own interpreter (pure text).
 
 Python because it is the one program every node is known to have (torchrun needs it); the
-node needs no ``tar``, ``rsync`` or ``sha256sum``. Both programs take the code root, the
-digest and the manifest suffix as arguments (see :mod:`ddptui.store.rundir`).
+node needs no ``tar``, ``rsync`` or ``sha256sum``. :data:`SYNC_SRC` takes the code root, the
+digest and the manifest suffix as arguments (see :mod:`ddptui.store.rundir`), and holds a
+conversation on one channel, so a sync costs one process and one round trip per node:
 
-* :data:`QUERY_SRC` prints ``{"have": true}`` when the tree is already there (and marks it as
+* first it prints ``{"have": true}`` when the tree is already there (and marks it as
   the newest), else the manifest of the newest complete tree, which the sender diffs against,
   less any file whose size or mtime changed since it was written there (a job that rewrote
   one of its own files in place): that content is sent again rather than linked.
-* :data:`PUSH_SRC` reads a one-line JSON header (:meth:`PushPlan.header`), then the bytes of
-  each sent file back to back; it builds the tree in a temporary directory (links from the
-  base tree for content it has, the sent bytes for the rest), writes the manifest and renames
-  the tree into place, so a tree under its digest's name is always complete. Two syncs of the
-  same code to one disk (two nodes sharing a home) both succeed: the second rename loses and
-  its copy is dropped.
+* then it reads a one-line JSON header (:meth:`PushPlan.header`; an empty line or none:
+  nothing to do), then the bytes of each sent file back to back; it builds the tree in a
+  temporary directory (links from the base tree for content it has, the sent bytes for the
+  rest), writes the manifest and renames the tree into place, so a tree under its digest's
+  name is always complete. Two syncs of the same code to one disk (two nodes sharing a home)
+  both succeed: the second rename loses and its copy is dropped.
 
 Trees share unchanged files as hard links, so that a warm sync costs a few links rather than
 copies: code that rewrites one of its own synced files in place rewrites it in the other
@@ -22,8 +23,8 @@ trees too. New files written into the tree (outputs, checkpoints) are the run's 
 
 from __future__ import annotations
 
-QUERY_SRC = r"""
-import json, os, sys
+SYNC_SRC = r"""
+import json, os, shutil, sys
 root, digest, suf = sys.argv[1], sys.argv[2], sys.argv[3]
 def done(d):
     return os.path.isdir(os.path.join(root, d)) and os.path.isfile(os.path.join(root, d + suf))
@@ -32,7 +33,7 @@ if done(digest):
         os.utime(os.path.join(root, digest + suf))
     except OSError:
         pass
-    print(json.dumps({"have": True}))
+    print(json.dumps({"have": True}), flush=True)
     sys.exit(0)
 cands = []
 try:
@@ -60,16 +61,15 @@ for _, d in sorted(cands, reverse=True):
     except (OSError, ValueError):
         continue
     m["entries"] = [e[:6] for e in m["entries"] if unchanged(d, e)]
-    print(json.dumps({"have": False, "base": d, "manifest": m}))
-    sys.exit(0)
-print(json.dumps({"have": False, "base": None}))
-"""
-
-PUSH_SRC = r"""
-import json, os, shutil, sys
-root, digest, suf = sys.argv[1], sys.argv[2], sys.argv[3]
+    print(json.dumps({"have": False, "base": d, "manifest": m}), flush=True)
+    break
+else:
+    print(json.dumps({"have": False, "base": None}), flush=True)
 inp = sys.stdin.buffer
-hdr = json.loads(inp.readline())
+line = inp.readline()
+if not line.strip():
+    sys.exit(0)  # the sender had nothing to send, or gave up
+hdr = json.loads(line)
 os.makedirs(root, mode=0o700, exist_ok=True)
 final = os.path.join(root, digest)
 tmp = os.path.join(root, ".tmp-%s-%d" % (digest, os.getpid()))

@@ -90,7 +90,11 @@ class LocalTransport:
             if stdin is not None and proc.stdin is not None:
                 with contextlib.suppress(BrokenPipeError):  # it ended early: its output says why
                     for chunk in stdin:
+                        if proc.poll() is not None:
+                            break  # it ended without reading all: its output says why
                         proc.stdin.write(chunk)
+                        if not chunk:  # a pause while the caller waits for the output
+                            proc.stdin.flush()
                 with contextlib.suppress(BrokenPipeError):
                     proc.stdin.close()
             proc.wait(timeout=timeout)

@@ -158,6 +158,11 @@ def test_node_program_judges_liveness_and_frees_by_inode(tmp_path: Path) -> None
             assert freed is not None, res.stderr
             return freed
 
+        outside = tmp_path / "elsewhere" / "r" / "node0"
+        outside.mkdir(parents=True)
+        by_id["outside"] = NodeRun("outside", 0, str(outside), "done", 0, 1, ())
+        assert remove(["outside"], ["..", "../code"], dry=False).runs == 0
+        assert outside.is_dir() and code.is_dir(), "nothing outside the workdir's runs and code"
         only_c1 = remove([], ["c1"], dry=True)
         assert only_c1.code == 1 and only_c1.bytes < 100_000, "c4 still holds big.bin"
         both = remove([], ["c1", "c4"], dry=True)

@@ -269,6 +269,7 @@ def test_a_secret_reaches_the_ranks_and_nothing_else(cluster2: Any, tmp_path: Pa
         ndir = Path(n["run_dir"])
         assert ndir.stat().st_mode & 0o777 == 0o700
         assert ndir.parent.parent.stat().st_mode & 0o777 == 0o700  # .ddptui/runs
+        assert (ndir.parents[2] / "code").stat().st_mode & 0o777 == 0o700  # synced code
         script = ndir / "launch.sh"
         assert script.stat().st_mode & 0o777 == 0o700 and SECRET in script.read_text()
     check = ddptui("check", str(path), state=state, timeout=120)

@@ -37,6 +37,7 @@ NODE_SRC = r"""
 import json, os, re, shutil, stat, sys, time
 mode, runs_root, code_root, suf, grace = sys.argv[1:6]
 grace, code_root = float(grace), os.path.normpath(code_root)
+runs_root = os.path.normpath(runs_root)
 CODE_REF = re.compile(r"\.ddptui/code/([A-Za-z0-9_][A-Za-z0-9._-]*)")
 def markers():
     found = set()
@@ -152,8 +153,9 @@ def remove(todo):
             live_refs.update(CODE_REF.findall(read(os.path.join(d, "launch.sh")) or ""))
     dirs, runs, caches = [], 0, 0
     for d, run_id, rank in todo["runs"]:
-        if not os.path.isdir(d):
-            continue
+        d = os.path.normpath(d)
+        if os.path.dirname(os.path.dirname(d)) != runs_root or not os.path.isdir(d):
+            continue  # never anything but a node dir of this workdir
         if state(d, run_id, str(rank), marks, now) != "done":
             skipped.append(run_id)
             continue
@@ -161,7 +163,7 @@ def remove(todo):
         runs += 1
     for n in todo["code"] + todo["tmp"]:
         p = os.path.join(code_root, n)
-        if n in live_refs or not os.path.lexists(p):
+        if "/" in n or n in (".", "..") or n in live_refs or not os.path.lexists(p):
             continue
         dirs += [p, p + suf]
         caches += 1

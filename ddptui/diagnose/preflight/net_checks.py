@@ -64,7 +64,8 @@ def check_network(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
         return fail("no route", f"node {n.name} cannot reach the rendezvous endpoint "
                      f"{ep.host} ({r.route_error}). Check the endpoint (`rendezvous.endpoint` "
                      "or node rank 0's `addr:`) resolves and routes from every node.")
-    problems = ifname_problems(_effective_env(n, r), r.interfaces, multi_node=c.multi_node)
+    problems = [] if "interfaces" in r.errors else ifname_problems(
+        _effective_env(n, r), r.interfaces, multi_node=c.multi_node)
     route = f"{r.route_dev or '?'} → {r.route_dest}" if r.route_dest else "?"
     if problems:
         hint = f"; {r.route_dev} routes to the rendezvous" if r.route_dev else ""

@@ -39,7 +39,8 @@ def torch_reference(config: HostsConfig, reports: Mapping[str, NodeReport],
                      ) -> tuple[str, TorchInfo] | None:
     """The versions most nodes have; on a tie, those of the earliest node rank."""
     have = [(n.name, t) for n in config.ordered_nodes
-            if (t := reports[n.name].torch) is not None and t.error is None and t.version]
+            if (r := reports.get(n.name)) is not None and (t := r.torch) is not None
+            and t.error is None and t.version]
     if not have:
         return None
     counts = Counter(t.key for _, t in have)

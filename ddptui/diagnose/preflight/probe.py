@@ -280,7 +280,10 @@ bg("names", names)
 bg("route", route)
 bg("workdir", workdir)
 bg("gpus", gpus)
-out["interfaces"] = if_addrs()
+try:
+    out["interfaces"] = if_addrs()
+except Exception as e:
+    out["interfaces"] = {"error": type(e).__name__ + ": " + str(e)}
 out["env"] = {k: os.environ.get(k) for k in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")}
 if A.get("torch"):
     try:

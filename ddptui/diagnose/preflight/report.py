@@ -215,8 +215,10 @@ def parse_report(node: str, stdout: str, *, exit_code: int = 0, stderr: str = ""
         tail = (stderr.strip() or stdout.strip()).splitlines()
         why = tail[-1] if tail else f"exit code {exit_code}, no output"
         return NodeReport(node, not_run=why, python_missing=exit_code == 127)
-    errors = {k: e for k in ("names", "route", "workdir", "gpus", "listen", "connect")
-              if (e := _error(d.get(k))) is not None}
+    errors = {k: e for k in ("names", "route", "workdir", "gpus", "listen", "connect",
+                             "interfaces") if (e := _error(d.get(k))) is not None}
+    if "interfaces" in errors:
+        d["interfaces"] = {}
     for k in d.get("pending") or ():  # a hung NFS workdir, DNS, or nvidia-smi
         errors[k] = "no answer in time"
         if k == "gpus":

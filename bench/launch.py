@@ -58,15 +58,39 @@ def _wanted(n: int) -> set[str]:
     return {f"hello from rank {r}" for r in range(n)}
 
 
+#: The phases ``ddptui run --headless`` announces, in order, and where each one's time went.
+PHASES = ("connecting", "uploading", "starting", "running")
+phase_times: dict[int, list[dict[str, float]]] = {}
+
+
 def time_ddptui(c: Cluster, hosts: list[Host], work: Path, local: bool = False) -> float:
     path = hosts_file(c, hosts, work, SCRIPT, local=local)
+    marks: dict[str, float] = {}
+
+    def mark(line: str) -> None:
+        for phase in PHASES:
+            if f"── {phase}" in line and phase not in marks:
+                marks[phase] = time.perf_counter()
+
     t0 = time.perf_counter()
     proc = subprocess.Popen(ddptui_argv(work / "state", "run", str(path), "--headless"),
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    t = wait_for_lines(proc, _wanted(1 if local else len(hosts)), TIMEOUT_S) - t0
+    t1 = wait_for_lines(proc, _wanted(1 if local else len(hosts)), TIMEOUT_S, mark)
     if finish(proc) != 0:
         raise RuntimeError(f"ddptui run exited {proc.returncode}")
-    return t
+    if len(marks) == len(PHASES):
+        edges = [t0, *(marks[p] for p in PHASES), t1]
+        names = ["start-up", "reach+preflight", "upload", "start", "first lines"]
+        phase_times.setdefault(0 if local else len(hosts), []).append(
+            {n: b - a for n, a, b in zip(names, edges, edges[1:], strict=False)})
+    return t1 - t0
+
+
+def phase_line(n: int) -> str:
+    got = phase_times.get(n, [])
+    if not got:
+        return ""
+    return ", ".join(f"{k} {median([g[k] for g in got]):.2f}" for k in got[0])
 
 
 def time_ssh_loop(c: Cluster, hosts: list[Host], work: Path) -> float:
@@ -132,7 +156,7 @@ def rounds_of(methods: dict[str, Callable[[Path], float]], rounds: int,
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16])
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=2)
     opts = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ddptui-bench-launch-"))
     c = make_cluster(max(opts.sizes), work / "cluster")
@@ -144,7 +168,7 @@ def main() -> int:
         }, opts.rounds, work / "local")
         print(f"one local node: ddptui {local['ddptui']:.2f} s, bare torchrun "
               f"{local['bare']:.2f} s, ratio {local['ddptui'] / local['bare']:.2f} "
-              f"(target <= 1.2)", flush=True)
+              f"(target <= 1.2)\n    ddptui's time by phase, s: {phase_line(0)}", flush=True)
         for n in opts.sizes:
             hosts = c.hosts[:n]
             rows[n] = rounds_of({
@@ -155,7 +179,8 @@ def main() -> int:
             r = rows[n]
             print(f"{n:2d} hosts: ddptui {r['ddptui']:.2f} s, ssh loop {r['ssh']:.2f} s, "
                   f"pdsh {r['pdsh']:.2f} s; ddptui/ssh {r['ddptui'] / r['ssh']:.2f}, "
-                  f"ddptui/pdsh {r['ddptui'] / r['pdsh']:.2f} (target <= 1)", flush=True)
+                  f"ddptui/pdsh {r['ddptui'] / r['pdsh']:.2f} (target <= 1)\n"
+                  f"    ddptui's time by phase, s: {phase_line(n)}", flush=True)
     finally:
         c.close()
         shutil.rmtree(work, ignore_errors=True)

@@ -28,7 +28,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from cluster import Cluster, Host  # noqa: E402  (tests/ on the path first)
 
 PDSH = "/usr/bin/pdsh"
-_ports = itertools.count(31000 + os.getpid() % 2000 * 10)
+#: Below Linux's ephemeral range (32768-60999), which the hosts' own connections use.
+_ports = itertools.count(20000 + os.getpid() % 1000 * 12)
 
 
 def next_port() -> int:
@@ -49,8 +50,9 @@ def hosts_file(c: Cluster, hosts: Sequence[Host], work: Path, script: str, *,
                nproc: int = 1, env: dict[str, str] | None = None,
                stop_grace: float | None = None, local: bool = False) -> Path:
     """A hosts file running ``script`` (its text) on ``hosts``; ``local``: one local node."""
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "job.py").write_text(script)
+    project = work / "project"  # what ddptui syncs: the script alone, nothing that changes
+    project.mkdir(parents=True, exist_ok=True)
+    (project / "job.py").write_text(script)
     nodes: list[dict[str, Any]]
     if local:
         nodes = [{"host": "localhost", "transport": "local", "workdir": str(work / "wd-local")}]
@@ -67,7 +69,7 @@ def hosts_file(c: Cluster, hosts: Sequence[Host], work: Path, script: str, *,
         "ssh": {"config_file": str(c.ssh_config), "known_hosts": str(c.known_hosts),
                 "connect_timeout": 20},
     }
-    path = work / "hosts.yaml"
+    path = project / "hosts.yaml"
     path.write_text(yaml.safe_dump(d, sort_keys=False))
     return path
 

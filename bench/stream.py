@@ -85,6 +85,7 @@ class Counter:
         self.count = 0
         self.first = self.last = 0.0
         self.latencies: list[float] = []
+        self.torn = 0
         self.all_in = threading.Event()
 
     def __call__(self, batch: Batch) -> None:
@@ -93,7 +94,10 @@ class Counter:
             if type(ev) is LogLine and ev.rank is not None and ev.text.startswith(self.prefix):
                 self.count += 1
                 if self.prefix == "P ":
-                    self.latencies.append(now - float(ev.text.rsplit(" ", 1)[1]))
+                    try:
+                        self.latencies.append(now - float(ev.text.rsplit(" ", 1)[1]))
+                    except ValueError:  # torchrun's tee read a line half written: 2 lines
+                        self.torn += 1
         if self.count and not self.first:
             self.first = now
         if self.count >= self.expected and not self.all_in.is_set():
@@ -193,8 +197,9 @@ def ssh_cat(c: Cluster, hosts: list[Host], node_logs: list[Path]) -> float:
 
 
 def paced(c: Cluster, n: int, rate: float, secs: float, work: Path,
-          sample_every: float = 0.0) -> tuple[list[float], list[float]]:
-    """(write-to-store latencies, RSS samples in MiB) of ``n`` ranks at ``rate`` lines/s."""
+          sample_every: float = 0.0) -> tuple[list[float], list[float], int]:
+    """(write-to-store latencies, RSS samples in MiB, lines torchrun tore) of ``n`` ranks at
+    ``rate`` lines/s."""
     counter = Counter(10**12, "P ")
     ctl = _launch(c, c.hosts[:n], work, PACED, {"RATE": str(rate), "SECS": str(secs)}, counter)
     samples: list[float] = []
@@ -209,7 +214,7 @@ def paced(c: Cluster, n: int, rate: float, secs: float, work: Path,
         time.sleep(0.2)
     if ctl.wait(60) is None:
         ctl.stop(grace=1)
-    return counter.latencies, samples
+    return counter.latencies, samples, counter.torn
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -244,14 +249,15 @@ def main() -> int:
                   f"ddptui/write {got['ddptui'] / got['write']:.2f}; none lost or repeated",
                   flush=True)
         n = max(opts.sizes)
-        lat, _ = paced(c, n, opts.rate, opts.latency_secs, work / "latency")
+        lat, _, torn = paced(c, n, opts.rate, opts.latency_secs, work / "latency")
         p95 = pct(lat, 0.95)
         ok &= p95 <= 0.3
         print(f"latency, {n} ranks x {opts.rate:g} lines/s: p50 {pct(lat, 0.5) * 1e3:.0f} ms, "
-              f"p95 {p95 * 1e3:.0f} ms over {len(lat)} lines (target p95 <= 300 ms)",
+              f"p95 {p95 * 1e3:.0f} ms over {len(lat)} lines (target p95 <= 300 ms); "
+              f"{torn} line(s) torn in two by torchrun's tee",
               flush=True)
         secs = opts.long_minutes * 60 if opts.long else opts.memory_secs
-        _, rss = paced(c, n, 1000.0, secs, work / "memory", sample_every=10.0)
+        _, rss, _ = paced(c, n, 1000.0, secs, work / "memory", sample_every=10.0)
         base = rss[min(6, len(rss) - 1)]
         flat = rss[-1] <= max(base * 1.1, base + 20)
         ok &= flat

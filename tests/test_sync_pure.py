@@ -215,3 +215,41 @@ def test_walk_refuses_an_oversized_project_before_reading_it(
         with pytest.raises(ProjectError, match=r"data/big\.bin \(3\.0 kB\)"):
             walk(root, max_mb=0.002)
     assert len(walk(root, ("data/",), max_mb=0.002).manifest.files) == 1
+
+
+def test_plan_runs_the_script_from_the_project_with_it_on_pythonpath(tmp_path: Path) -> None:
+    """launch.sh run by sh: torchrun's cwd is the project, PYTHONPATH starts with it, and the
+    node dir still gets pgid and exit_code (by absolute path)."""
+    import json
+    import subprocess
+    import sys
+
+    from ddptui.config import HostsConfig, JobConfig, NodeConfig
+    from ddptui.launch.plan import make_plan
+
+    fake = tmp_path / "py"
+    src = "import json, os, sys; print(json.dumps([os.getcwd(), os.environ['PYTHONPATH']]))"
+    fake.write_text(f'#!/bin/sh\nexec {sys.executable} -c "{src}" "$@"\n')
+    fake.chmod(0o755)
+    proj = tmp_path / "my proj"
+    (proj / "src").mkdir(parents=True)
+    node = NodeConfig("n", "n", python=str(fake), env={"PYTHONPATH": "/user/lib"})
+    job = JobConfig(script=str(proj / "src/train.py"), project=str(proj), args=("--x",))
+    cfg = HostsConfig(tmp_path / "hosts.yaml", (node,), job=job)
+    launch = make_plan(cfg, "r1", workdirs={"n": str(tmp_path / "w")}, rdzv_host="h",
+                       project_dirs={"n": str(proj)}).nodes[0]
+    assert launch.project_dir == str(proj)
+    assert launch.argv[-2:] == (str(proj / "src/train.py"), "--x")
+    os.makedirs(launch.node_dir)
+    (Path(launch.node_dir) / "launch.sh").write_text(launch.script)
+    done = subprocess.run(["/bin/sh", "launch.sh"], cwd=launch.node_dir, capture_output=True,
+                          text=True, timeout=60, env={"PATH": os.environ["PATH"]})
+    cwd, pythonpath = json.loads(done.stdout)
+    assert cwd == str(proj) and pythonpath == f"{proj}:/user/lib"
+    assert (Path(launch.node_dir) / "exit_code").read_text() == "0\n"
+    assert (Path(launch.node_dir) / "pgid").read_text().strip().isdigit()
+    module = make_plan(HostsConfig(tmp_path / "h", (node,), job=JobConfig(
+        script="pkg.train", module=True, project=str(proj))), "r1",
+        workdirs={"n": str(tmp_path / "w")}, rdzv_host="h", project_dirs={"n": "/code/d"})
+    assert module.nodes[0].argv[-2:] == ("-m", "pkg.train")
+    assert "cd '/code/d'" in module.nodes[0].script

@@ -14,7 +14,8 @@ with their own sshd, see ``tests/cluster.py``). It writes a project of 2,000 fil
 ddptui's SSH connections are opened before the clock starts, as a launch has them open from
 its probe; their cost is printed apart. rsync's own ssh connections are inside its time:
 it has no other way. Each figure is the median of ``--rounds`` (fresh folders for every cold
-round). Targets: cold <= 1.5x rsync; warm <= 1 s for all 8 hosts together.
+round). Targets: cold <= 1.5x rsync; warm <= 1 s for all 8 hosts together. Exit code 0
+when both are met, 1 when one is missed.
 
 ``--quick`` (2 hosts, 200 files, 4 MB, 1 round) is the CI smoke test's size.
 """
@@ -158,6 +159,7 @@ def main() -> int:
                 raise SystemExit(f"warm sync sent {n} files to {hosts} hosts, not one each")
         cold, warm = median(cold_d), median(warm_d)
         ratio = cold / median(cold_r)
+        met = ratio <= COLD_TARGET and warm <= WARM_TARGET_S
         print(f"cold: ddptui {cold:.2f} s, rsync -a {median(cold_r):.2f} s, ratio {ratio:.2f} "
               f"(target <= {COLD_TARGET}) {'ok' if ratio <= COLD_TARGET else 'MISSED'}")
         print(f"warm (one file changed): ddptui {warm:.2f} s for {hosts} hosts, rsync -a "
@@ -168,7 +170,7 @@ def main() -> int:
             t.close()
         cluster.close()
         shutil.rmtree(tmp, ignore_errors=True)
-    return 0
+    return 0 if met else 1
 
 
 if __name__ == "__main__":

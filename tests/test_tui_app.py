@@ -263,8 +263,10 @@ async def test_restart_stops_then_launches_a_fresh_run() -> None:
 
 @sync
 async def test_attach_picks_a_run() -> None:
-    runs = [SimpleNamespace(run_id="old-run", status=RunStatus.FINISHED, started_at=T0, nodes=["a"],
-                            world_size=2, hosts_file="h.yaml")]
+    from ddptui.store.runs import RunSummary
+
+    runs = [RunSummary(run_id="old-run", status=RunStatus.FINISHED, started_at=T0, nodes=["a"],
+                       world_size=2, hosts_file="h.yaml")]
     attached: list[str] = []
 
     def attacher(run_id: str, root: Path | None) -> FakeController:

@@ -176,6 +176,7 @@ def test_run_stops_at_the_automatic_preflight(cluster2: Cluster, tmp_path: Path)
     assert "Traceback" not in res.stderr
     assert "the run was not started" in res.stderr and "connection attempts time out" in \
         res.stderr and "--no-preflight" in res.stderr, res.stderr
+    assert "[node2] ── failed (preflight: reach)" in res.stdout, res.stdout
     run_id = run_id_of(res.stdout)
     meta = json.loads((tmp_path / "state" / "runs" / run_id / "run.json").read_text())
     assert meta["status"] == "failed" and meta["preflight"]["ok"] is False

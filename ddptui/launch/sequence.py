@@ -87,9 +87,12 @@ def preflight(ctl: Controller, probes: dict[str, nodeops.Probe]) -> None:
                               "problems": verdict.problems})
     if verdict.ok:
         return
+    failed: dict[str, list[str]] = {}
     for r in verdict.results:
-        if r.mark == Mark.FAIL and r.problem:
-            ctl.node_state(r.node, NodeStatus.FAILED, f"preflight: {r.check}")
+        if r.mark == Mark.FAIL:
+            failed.setdefault(r.node, []).append(r.check)
+    for node, checks_failed in failed.items():
+        ctl.node_state(node, NodeStatus.FAILED, f"preflight: {', '.join(checks_failed)}")
     ctl.abort([*verdict.problems, "preflight found the problems above, so nothing was "
                "started; `ddptui check HOSTS` shows every check, `--no-preflight` launches "
                "anyway"], cleanup=False)

@@ -120,8 +120,8 @@ def check_reach(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
         return fail("dropped", f"node {n.name} cannot reach the rendezvous at {target}: "
                      f"connection attempts time out, so packets are dropped (a firewall on "
                      f"{by} or on the way). Allow TCP {ep.port} into {by} from the other "
-                     "nodes (with c10d torchrun opens one more random port, and NCCL others:"
-                     " allow TCP between the nodes).")
+                     "nodes; torchrun's c10d and NCCL also use random ports, so best allow "
+                     "all TCP between the nodes.")
     if conn.result == "refused":
         if ep.node is None:  # the store's node is unknown here: it is not up yet
             return skip(f"no listener: {ep.host} is none of the nodes")

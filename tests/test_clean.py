@@ -236,13 +236,13 @@ def test_clean_frees_old_runs_and_caches_and_keeps_a_live_run(cluster2: Any,
     path.write_text(yaml.safe_dump(d, sort_keys=False))
     state = tmp_path / "state"
     write_project(tmp_path, 1)
-    res = ddptui("run", str(path), "--headless", state=state)
+    res = ddptui("run", str(path), "--headless", "--no-preflight", state=state)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr
     write_project(tmp_path, 2)
     d["defaults"]["env"] = {"JOB_LINES": "100000", "JOB_DELAY": "0.05", "HF_TOKEN": SECRET}
     path.write_text(yaml.safe_dump(d, sort_keys=False))
     out = tmp_path / "live.out"
-    live = spawn_ddptui("run", str(path), "--headless", state=state, out=out)
+    live = spawn_ddptui("run", str(path), "--headless", "--no-preflight", state=state, out=out)
     try:
         wait_until(lambda: "[seq 3] rank 3" in out.read_text(errors="replace"), 180,
                    "the long run to be under way")

@@ -235,3 +235,27 @@ def test_no_preflight_reaches_the_engines_controller(tmp_path: Path) -> None:
     cfg = HostsConfig(tmp_path / "h.yaml", (NodeConfig("a", "localhost", transport="local"),))
     assert new_run(cfg, tmp_path, False).preflight is False  # type: ignore[attr-defined]
     assert new_run(cfg, tmp_path).preflight is True  # type: ignore[attr-defined]
+
+
+def test_the_automatic_subset_on_sixteen_nodes_takes_under_two_seconds(tmp_path: Path) -> None:
+    """Sixteen local nodes (sixteen programs on this machine's few cores, where a cluster has
+    a machine each), the endpoint listening for all sixteen connects."""
+    from ddptui.launch.preflight import before_launch
+    from ddptui.launch.reach import connect, map_at_once
+
+    nodes = tuple(NodeConfig(f"n{i}", "localhost", transport="local",
+                             python=sys.executable, workdir=str(tmp_path / f"w{i}"))
+                  for i in range(16))
+    cfg = HostsConfig(tmp_path / "h.yaml", nodes,
+                      rendezvous=RendezvousConfig(endpoint="127.0.0.1", port=free_port()))
+    opened = map_at_once(list(nodes), lambda n: connect(n, cfg))
+    transports = {n.name: t for n, t in zip(nodes, opened, strict=True)}
+    try:
+        outcome = before_launch(cfg, transports, {})
+    finally:
+        for t in transports.values():
+            t.close()
+    assert outcome.verdict.ok, outcome.verdict.problems
+    assert outcome.endpoint.node == "n0"
+    assert outcome.reports["n0"].listen is not None and outcome.reports["n0"].listen.accepted == 16
+    assert outcome.seconds < 2.0, outcome.seconds

@@ -345,3 +345,10 @@ def test_parts_that_did_not_answer_in_time_fail() -> None:
     assert "could not check workdir ~/.ddptui-work: no answer in time" in fails["workdir"]
     assert fails["hostname"].startswith("node b: looking up its own hostname failed (no "
                                         "answer in time)")
+
+
+def test_the_endpoint_node_gets_no_loopback_hint() -> None:
+    cfg = HostsConfig(Path("h"), (NodeConfig("a", "host-a", env={"NCCL_SOCKET_IFNAME": "eth9"}),
+                                  NodeConfig("b", "host-b")))
+    node, check, line = only_failure(verdict([healthy("a"), healthy("b")], cfg))
+    assert (node, check) == ("a", "network") and line.endswith("in `env:` for this node.")

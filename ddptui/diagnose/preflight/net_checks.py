@@ -55,11 +55,11 @@ def _effective_env(n: NodeConfig, r: NodeReport) -> dict[str, str | None]:
 
 
 def check_network(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
+    if r.route_error is None and (err := r.errors.get("route")) is not None:
+        r = dataclasses.replace(r, route_error=err)
     if not r.interfaces and r.route_dest is None and r.route_error is None:
         return skip("not checked")
     ep = c.endpoint
-    if r.route_error is None and (err := r.errors.get("route")) is not None:
-        r = dataclasses.replace(r, route_error=err)
     if r.route_error is not None:
         return fail("no route", f"node {n.name} cannot reach the rendezvous endpoint "
                      f"{ep.host} ({r.route_error}). Check the endpoint (`rendezvous.endpoint` "
@@ -68,7 +68,9 @@ def check_network(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
         _effective_env(n, r), r.interfaces, multi_node=c.multi_node)
     route = f"{r.route_dev or '?'} → {r.route_dest}" if r.route_dest else "?"
     if problems:
-        hint = f"; {r.route_dev} routes to the rendezvous" if r.route_dev else ""
+        # the endpoint's own node reaches itself over lo, which is no hint for NCCL
+        hint = f"; {r.route_dev} routes to the rendezvous" if r.route_dev not in (
+            None, "lo") else ""
         return fail("bad ifname", f"node {n.name}: {'; '.join(problems)}. Name an "
                      f"interface it has in `env:` for this node{hint}.")
     return ok(route)

@@ -261,7 +261,8 @@ class Controller:
         self.write_meta(node_exit_codes=codes, diagnosis=found.to_dict() if found else None,
                          **({"diagnosis_error": why_not} if why_not else {}),
                          **self.evidence.nccl.meta())
-        self.samplers.end()
+        self.samplers.end(frozenset(n for n, f in self._finished.items()
+                                    if f.status is NodeStatus.LOST))
         self.store.close()
         self._close_transports()
         self._done.set()

@@ -161,13 +161,14 @@ class NodeSampler(threading.Thread):
         wait = RESTART_AFTER_S - (time.monotonic() - self._started_at)
         return not self.halt.wait(max(0.0, wait))
 
-    def end(self, timeout: float = 15.0) -> None:
-        """Stop reading, then end the sampler on the node and wait until it is gone."""
+    def end(self, timeout: float = 10.0, *, remote: bool = True) -> None:
+        """Stop reading, then (``remote``) end the sampler on the node and wait until it is
+        gone. A thread stuck on a dead connection is not waited for: it reads nothing more."""
         self.halt.set()
         if self.is_alive() and threading.current_thread() is not self:
-            self.join(timeout)
+            self.join(2.0)
         t = self.transport()
-        if t is not None:
+        if remote and t is not None:
             t.run(sampler.stop_cmd(self.node_dir, FILES), timeout=timeout)
 
 
@@ -196,12 +197,14 @@ class Samplers:
             self.by_node[name] = s
             s.start()
 
-    def end(self) -> dict[str, str]:
-        """End every sampler at once; node -> why one could not be ended."""
+    def end(self, lost: frozenset[str] = frozenset()) -> dict[str, str]:
+        """End every sampler at once; node -> why one could not be ended. Nodes ``lost`` are
+        not asked (they cannot answer): their samplers end by themselves, without a
+        heartbeat or without the run."""
         samplers = list(self.by_node.values())
         for s in samplers:
             s.halt.set()
-        results = map_at_once(samplers, lambda s: s.end())
+        results = map_at_once(samplers, lambda s: s.end(remote=s.node not in lost))
         problems: dict[str, str] = {}
         for s, res in zip(samplers, results, strict=True):
             if isinstance(res, Exception):

@@ -73,6 +73,18 @@ def _last_json(stdout: str) -> dict[str, Any] | None:
     return None
 
 
+def _answer(buf: bytes | str) -> tuple[str, dict[str, Any]] | None:
+    """The node's first word, as text and parsed; whole lines only, and any line a login
+    script printed before it is passed over."""
+    text = buf.decode("utf-8", "replace") if isinstance(buf, bytes) else buf
+    for line in text.split("\n")[:-1]:
+        if line.startswith('{"have"'):
+            d = _last_json(line)
+            if d is not None:
+                return line, d
+    return None
+
+
 def _chunks(header: bytes, plan: PushPlan, walked: Walked, local_root: str,
             progress: Callable[[int, int], None]) -> Iterator[bytes]:
     """The push's stdin. A file touched since it was hashed is hashed again as it is sent:
@@ -122,9 +134,9 @@ def sync_node(node: str, transport: Transport, command: str, walked: Walked,
     last = [0.0]
 
     def on_output(data: bytes, is_err: bool) -> None:
-        if not is_err:
+        if not is_err and not answered.is_set():
             out.extend(data)
-            if b"\n" in out:
+            if b"\n" in data and _answer(bytes(out)) is not None:
                 answered.set()
 
     def feed() -> Iterator[bytes]:
@@ -134,9 +146,8 @@ def sync_node(node: str, transport: Transport, command: str, walked: Walked,
                 return  # stdin closes: the node's program ends without writing anything
             yield b""  # lets the transport read the answer between chunks
             answered.wait(0.002)
-        first = bytes(out).split(b"\n", 1)[0].decode("utf-8", "replace")
-        answer = _last_json(first)
-        if answer is None or answer.get("have"):
+        first, answer = _answer(bytes(out)) or ("", {"have": True})
+        if answer.get("have"):
             return
         plan, header = plans.get(first, answer, manifest)
         total = len(plan.send)
@@ -151,11 +162,11 @@ def sync_node(node: str, transport: Transport, command: str, walked: Walked,
 
     res = transport.run_stream(command, timeout=120 + manifest.total_bytes / 1e6,
                                stdin=feed(), on_output=on_output)
-    first = res.stdout.split("\n", 1)[0]
-    answer = _last_json(first)
-    if answer is None:
+    found = _answer(res.stdout)
+    if found is None:
         raise SyncError(f"node {node}: could not read its code cache (exit code "
                         f"{res.exit_code}): {(res.stderr.strip() or res.stdout.strip())[-500:]}")
+    first, answer = found
     plan, _ = plans.get(first, answer, manifest)
     cached = bool(answer.get("have"))
     if res.exit_code != 0 or not (cached or (_last_json(res.stdout) or {}).get("ok")):

@@ -72,7 +72,9 @@ def test_big_reads_stream_the_same_bytes_as_sftp(cluster8: tuple[Cluster, float]
 def test_headless_run_on_eight_hosts_every_rank_speaks(cluster8: tuple[Cluster, float],
                                                         tmp_path: Path) -> None:
     c, _ = cluster8
-    (tmp_path / "job.py").write_text(SCRIPT)
+    project = tmp_path / "project"  # synced to the nodes: nothing in it may change meanwhile
+    project.mkdir()
+    (project / "job.py").write_text(SCRIPT)
     hosts = {
         "defaults": {"python": sys.executable, "nproc_per_node": 1},
         "nodes": [{"host": h.name, "workdir": str(tmp_path / f"work-{h.name}")}
@@ -82,7 +84,7 @@ def test_headless_run_on_eight_hosts_every_rank_speaks(cluster8: tuple[Cluster, 
         "ssh": {"config_file": str(c.ssh_config), "known_hosts": str(c.known_hosts),
                 "connect_timeout": 10},
     }
-    path = tmp_path / "hosts.yaml"
+    path = project / "hosts.yaml"
     path.write_text(yaml.safe_dump(hosts, sort_keys=False))
     res = ddptui("run", str(path), "--headless", state=tmp_path / "state", timeout=180)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]

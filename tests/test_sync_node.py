@@ -56,7 +56,7 @@ def test_cold_then_cached_then_one_edit(tmp_path: Path) -> None:
     assert tree2 != tree and (tree2 / "d/e.txt").read_text() == "E2"
     assert os.stat(tree2 / "pkg/b.py").st_ino == os.stat(tree / "pkg/b.py").st_ino  # linked
     assert (tree / "d/e.txt").read_text() == "e"  # the old tree is intact
-    assert not [p for p in tree.parent.iterdir() if p.name.startswith(".tmp-")]
+    assert not [p for p in tree.parent.iterdir() if p.name.startswith(rundir.CODE_TMP_PREFIX)]
 
 
 def test_a_file_changed_while_sending_leaves_no_tree(tmp_path: Path) -> None:

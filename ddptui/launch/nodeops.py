@@ -129,7 +129,7 @@ def stop_cmd(python: str, run_id: str, node_rank: int, grace: float, pgid: int |
 def sync_cmd(python: str, code_root: str, digest: str) -> str:
     """The node side of one sync (see :mod:`ddptui.sync.remote`)."""
     return python_cmd(python, remote.SYNC_SRC, code_root, digest, rundir.CODE_MANIFEST_SUFFIX,
-                      no_site=True)
+                      rundir.CODE_TMP_PREFIX, no_site=True)
 
 
 def in_place_cmd(project: str, entry: tuple[str, ...]) -> str:

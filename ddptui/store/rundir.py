@@ -41,6 +41,8 @@ WORKER_PACKAGE = "ddptui_worker"
 NODE_CODE = ".ddptui/code"
 #: Beside each tree ``<digest>/``: ``<digest>.manifest.json``, what the next sync diffs against.
 CODE_MANIFEST_SUFFIX = ".manifest.json"
+#: A tree being built (``<prefix><digest>-<pid>``), renamed to ``<digest>`` once complete.
+CODE_TMP_PREFIX = ".tmp-"
 #: The telemetry sampler (``ddptui.telemetry.sampler``): its script, the pid of its session
 #: leader, the heartbeat file ddptui touches, and its two alternating output segments.
 SAMPLER_SCRIPT = "telemetry.sh"

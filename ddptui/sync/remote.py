@@ -1,9 +1,10 @@
 """The node side of a sync, as Python source run by the node's own interpreter (pure text).
 
 Python because it is the one program every node is known to have (torchrun needs it); the
-node needs no ``tar``, ``rsync`` or ``sha256sum``. :data:`SYNC_SRC` takes the code root, the
-digest and the manifest suffix as arguments (see :mod:`ddptui.store.rundir`), and holds a
-conversation on one channel, so a sync costs one process and one round trip per node:
+node needs no ``tar``, ``rsync`` or ``sha256sum``. :data:`SYNC_SRC` takes the code root,
+the digest, the manifest suffix and the prefix of a tree being built as arguments (names
+from :mod:`ddptui.store.rundir`), and holds a conversation on one channel, so a sync costs
+one process and one round trip per node:
 
 * first it prints ``{"have": true}`` when the tree is already there (and marks it as
   the newest), else the manifest of the newest complete tree, which the sender diffs against,
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 SYNC_SRC = r"""
 import json, os, shutil, sys
-root, digest, suf = sys.argv[1], sys.argv[2], sys.argv[3]
+root, digest, suf, tmp_prefix = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 def done(d):
     return os.path.isdir(os.path.join(root, d)) and os.path.isfile(os.path.join(root, d + suf))
 if done(digest):
@@ -72,7 +73,7 @@ if not line.strip():
 hdr = json.loads(line)
 os.makedirs(root, mode=0o700, exist_ok=True)
 final = os.path.join(root, digest)
-tmp = os.path.join(root, ".tmp-%s-%d" % (digest, os.getpid()))
+tmp = os.path.join(root, "%s%s-%d" % (tmp_prefix, digest, os.getpid()))
 base = os.path.join(root, hdr["base"]) if hdr["base"] else None
 def inside(p):
     if p.startswith("/") or "/../" in "/" + p + "/" or p in ("", ".", ".."):

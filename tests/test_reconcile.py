@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from cluster import Cluster
 from jobs import ddptui, marked_pids, run_id_of, seqs, spawn_ddptui, write_job
+from test_lost_nodes import link, wait_for
 from test_ssh_run import hosts, wait_until
 
 from ddptui.store.owner import Owner, owner_of, this_controller
@@ -116,3 +117,41 @@ def test_a_run_whose_controller_died_is_checked_on_its_nodes_then_attached(
     for rank in range(4):
         assert seqs(state / "runs" / run_id / "ranks" / f"rank{rank}.log") == list(range(n))
     assert status() == "finished"
+
+
+@pytest.mark.cluster
+@pytest.mark.torchrun
+def test_attach_settles_a_stale_run_whose_node_is_gone(cluster2: Cluster,
+                                                       tmp_path: Path) -> None:
+    d = hosts(cluster2, tmp_path, env={"JOB_LINES": "100000", "JOB_DELAY": "0.05"})
+    d["health"] = {"lost_after": 3}
+    d["job"]["stop_grace"] = 2
+    d["ssh"]["connect_timeout"] = 2
+    job = tmp_path / "job"
+    job.mkdir()
+    state, out = tmp_path / "state", tmp_path / "run.out"
+    first = spawn_ddptui("run", str(write_job(job, d)), "--headless", state=state, out=out)
+    try:
+        wait_for(first, out, "[seq 3] rank 3", 120)
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    run_id = run_id_of(out.read_text())
+    link(cluster2, "node2", "down")
+    again = tmp_path / "attach.out"
+    proc = spawn_ddptui("attach", run_id, "--headless", state=state, out=again)
+    try:
+        wait_for(proc, again, "ddptui: trying for up to", 60)
+        link(cluster2, "node2", "up")
+        assert proc.wait(60) == 255
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        link(cluster2, "node2", "up")
+    text = again.read_text()
+    assert "could not reach node node2" in text
+    assert "ddptui: node node2 was lost" in text and "[node1] ── stopped" in text, text[-3000:]
+    assert "ddptui: node node2: reached again; nothing of the run is left there" in text
+    assert marked_pids(run_id) == []
+    listed = ddptui("logs", state=state, timeout=60).stdout
+    assert next(ln.split()[3] for ln in listed.splitlines() if ln.startswith(run_id)) == "failed"

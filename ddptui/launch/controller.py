@@ -374,9 +374,10 @@ class Controller:
                           world_size=meta.get("world_size"))
         errors = map_at_once(list(config.nodes), ctl._reconnect)
         problems = [str(e) for e in errors if isinstance(e, Exception)]
-        if problems:
+        if problems and (not follow or len(problems) == len(errors)):
             ctl._close_transports()
             raise LaunchError(problems)
+        liveness.follow_unreached(ctl, errors)
         ctl.config = withheld.recover(config, ctl.transports,
                                       {n: v["run_dir"] for n, v in ctl._meta["nodes"].items()})
         ctl.masker = config_masker(ctl.config)

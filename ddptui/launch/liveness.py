@@ -30,12 +30,13 @@ import contextlib
 import threading
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ddptui.events import Level, NodeStatus, RunStatus
 from ddptui.launch import nodeops
 from ddptui.launch.reach import connect, map_at_once
 from ddptui.transport.base import Transport
+from ddptui.transport.factory import make_transport
 
 if TYPE_CHECKING:
     from ddptui.launch.controller import Controller
@@ -168,6 +169,18 @@ class Reaper(threading.Thread):
         for name, what in self.report.items():
             self.ctl._meta["nodes"][name]["cleanup"] = what
         self.ctl.write_meta(unstopped=list(self.pending))
+
+
+def follow_unreached(ctl: Controller, results: list[Any]) -> None:
+    """Attach follows a node it could not reach all the same, as silent from the start: the
+    watch declares it lost after ``lost_after``, so attaching settles a run whose node is gone
+    (``results``: what connecting to each node gave, in hosts-file order)."""
+    for node, res in zip(ctl.config.nodes, results, strict=True):
+        if isinstance(res, Exception):
+            ctl.transports[node.name] = make_transport(node, ctl.config.ssh)  # not connected
+            ctl._publish_note(node.name, f"could not reach node {node.name} ({res}); it is "
+                              f"lost unless it answers within {ctl.config.health.lost_after:g} s",
+                              Level.WARNING)
 
 
 def ended_before(ctl: Controller, unreached: Mapping[str, str]) -> bool:

@@ -39,8 +39,11 @@ class Follower:
         return True
 
 
-def watch_once(silent: dict[str, float]) -> tuple[Watch, dict[str, Follower], list[str]]:
+def watch_once(silent: dict[str, float], ended: tuple[str, ...] = (),
+               ) -> tuple[Watch, dict[str, Follower], list[str]]:
     followers = {n: Follower(s) for n, s in silent.items()}
+    for n in ended:
+        followers[n].ended = True
     stopped: list[str] = []
     done = threading.Event()
     ctl = SimpleNamespace(
@@ -57,8 +60,8 @@ def watch_once(silent: dict[str, float]) -> tuple[Watch, dict[str, Follower], li
 
 
 def test_a_silent_node_is_lost_and_the_others_are_stopped() -> None:
-    w, f, stopped = watch_once({"a": 0.0, "b": 9.0, "c": 1.0})
-    assert w.lost == ["b"] and sorted(stopped) == ["a", "c"]
+    w, f, stopped = watch_once({"a": 0.0, "b": 9.0, "c": 1.0, "d": 20.0}, ended=("d",))
+    assert w.lost == ["b"] and sorted(stopped) == ["a", "c"]  # d had exited already
     assert f["b"].gave_up.startswith("lost: no answer for 9 s (health.lost_after is 4 s)")
     assert not f["a"].gave_up and not f["c"].gave_up
 

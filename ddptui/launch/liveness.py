@@ -88,7 +88,7 @@ class Watch(threading.Thread):
     def _end_run(self, lost: str) -> None:
         """Stop the nodes still running: their ranks cannot go on without ``lost``."""
         ctl = self.ctl
-        others = [n for n, f in ctl._followers.items() if not f.halt.is_set()]
+        others = [n for n, f in ctl._followers.items() if not (f.ended or f.halt.is_set())]
         if not others or ctl._stopping.is_set():
             return
         grace = ctl.config.job.stop_grace

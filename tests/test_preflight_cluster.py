@@ -185,8 +185,9 @@ def test_run_stops_at_the_automatic_preflight(cluster2: Cluster, tmp_path: Path)
         assert not (tmp_path / f"work-{h.name}" / ".ddptui" / "runs" / run_id).exists()
 
 
-def test_automatic_preflight_is_fast(cluster2: Cluster, tmp_path: Path) -> None:
-    """Over open SSH connections, as a launch runs it: every check passes, in well under 2 s."""
+def test_automatic_preflight_over_open_connections(cluster2: Cluster, tmp_path: Path) -> None:
+    """Over open SSH connections, as a launch runs it: every check passes without a second
+    torch import or a clock check (its cost is measured by bench/preflight.py, not here)."""
     from ddptui.config import load_config
     from ddptui.launch.preflight import before_launch
     from ddptui.launch.reach import map_at_once, probe_node
@@ -203,7 +204,7 @@ def test_automatic_preflight_is_fast(cluster2: Cluster, tmp_path: Path) -> None:
             t.close()
     assert outcome.verdict.ok, outcome.verdict.problems
     assert outcome.reports["node2"].torch is not None  # from reach's probe, not imported again
-    assert outcome.reports["node1"].clock_offset is None and outcome.seconds < 2.0, outcome
+    assert outcome.reports["node1"].clock_offset is None, outcome
 
 def test_gpus_from_a_stand_in_nvidia_smi(cluster2: Cluster, tmp_path: Path) -> None:
     """No GPU here: node2's nvidia-smi replays the recorded H100 query, and its process list

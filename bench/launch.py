@@ -156,7 +156,7 @@ def rounds_of(methods: dict[str, Callable[[Path], float]], rounds: int,
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16])
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=1)
     opts = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ddptui-bench-launch-"))
     c = make_cluster(max(opts.sizes), work / "cluster")

@@ -117,7 +117,7 @@ def time_stop(c: Cluster, n: int, script: str, grace: float, work: Path) -> tupl
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16])
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--grace", type=float, default=2.0)
     opts = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ddptui-bench-stop-"))

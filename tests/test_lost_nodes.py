@@ -150,7 +150,7 @@ def test_a_killed_node_ends_the_run_naming_it(cluster_factory: ClusterFactory,
 def test_a_partition_shorter_than_lost_after_loses_and_repeats_no_line(
         cluster2: Cluster, tmp_path: Path) -> None:
     c = cluster2  # healed before the test ends, so the module's cluster is shared
-    n = 80
+    n = 50
     state, out = tmp_path / "state", tmp_path / "run.out"
     proc = spawn_ddptui("run", str(lost_hosts(c, tmp_path, 12, n, delay=0.1)), "--headless",
                         state=state, out=out)

@@ -22,11 +22,13 @@ from test_ssh_run import hosts
 from ddptui.events import NodeLogParser, NodeState, NodeStatus
 from worker.generation import agree
 
-# As torchrun's agent logs it (LOGLEVEL=INFO) on the node whose workers were healthy.
-FOLLOWER = ("I1122 20:41:07.512000 4242 torch/distributed/elastic/agent/server/api.py:963] "
-            "[default] Detected 1 new nodes from group_rank=0; will restart worker group")
-FAILED = ("I1122 20:41:06.730000 4243 torch/distributed/elastic/agent/server/api.py:940] "
-          "[default] Worker group FAILED. 1/1 attempts left; will restart worker group")
+# Recorded from torch 2.13's agent (LOGLEVEL=INFO) on the namespace cluster.
+FAILED = ("I1122 21:28:14.399000 29521 site-packages/torch/distributed/elastic/agent/server/"
+          "api.py:942] [default] Worker group FAILED. 1/1 attempts left; will restart worker group")
+# The same agent's words (api.py's format string) on a node whose workers were healthy.
+FOLLOWER = ("I1122 21:28:14.512000 29522 site-packages/torch/distributed/elastic/agent/server/"
+            "api.py:962] [default] Detected 1 new nodes from group_rank=0; will restart worker "
+            "group")
 
 
 def states(lines: list[str], node: str) -> list[NodeState]:

@@ -64,12 +64,15 @@ def test_listing_settles_a_stale_run_from_what_was_recorded(tmp_path: Path) -> N
                       {"a": ("exited", 0), "b": ("failed", 3)}, gone)
     fake_run(tmp_path, "r-unknown", "running", {"a": ("exited", 0)}, gone)
     fake_run(tmp_path, "r-live", "running", {}, this_controller())
+    cut = fake_run(tmp_path, "r-cut", "launching", {}, gone)
+    meta = json.loads((cut / "run.json").read_text())
+    (cut / "run.json").write_text(json.dumps({**meta, "nodes": []}))
     res = ddptui("logs", state=tmp_path, timeout=60)
     assert res.returncode == 0, res.stderr
     shown = {ln.split()[0]: ln.split()[3] for ln in res.stdout.splitlines()[1:]
              if ln.startswith("r-")}
     assert shown == {"r-stopped": "stopped", "r-failed": "failed", "r-unknown": "running?",
-                     "r-live": "running"}, res.stdout
+                     "r-live": "running", "r-cut": "failed"}, res.stdout
     assert "`ddptui logs --check` asks its nodes" in res.stdout
     meta = json.loads((failed / "run.json").read_text())
     assert meta["exit_code"] == 3 and meta["node_exit_codes"] == {"a": 0, "b": 3}

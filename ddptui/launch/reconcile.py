@@ -146,8 +146,14 @@ def settle_locally(root: Path, run: RunSummary) -> RunSummary:
     except (OSError, ValueError):
         return run
     names = [str(n.get("name")) for n in meta.get("nodes", [])]
+    if not names:  # nodes are recorded before any file is written: none has anything of it
+        meta.update(status=str(RunStatus.FAILED), reconciled={
+            "at": time.time(), "by": "its controller was gone before any node had the run",
+            "alive": {}})
+        write_run(d, meta)
+        return summary_of(d, meta)
     ends, when = recorded_ends(d)
-    if not names or any(n not in ends for n in names):
+    if any(n not in ends for n in names):
         return run
     status, code = run_end(names, ends)
     record_end(root, run.run_id, meta, status, code, ends,

@@ -47,9 +47,9 @@ def test_stop_bench_one_host() -> None:
 
 def test_stream_bench_one_host() -> None:
     out = bench("stream.py", "--sizes", "1", "--lines", "20000", "--latency-secs", "3",
-                "--memory-secs", "4")
+                "--memory-secs", "0")
     assert "none lost or repeated" in out and "ddptui/ssh-cat" in out
-    assert "latency, 1 ranks" in out and "memory, 1 ranks" in out
+    assert "latency, 1 ranks" in out and "memory run skipped" in out
 
 
 def test_ingest_bench_small() -> None:

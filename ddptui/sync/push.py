@@ -170,8 +170,13 @@ def sync_node(node: str, transport: Transport, command: str, walked: Walked,
     plan, _ = plans.get(first, answer, manifest)
     cached = bool(answer.get("have"))
     if res.exit_code != 0 or not (cached or (_last_json(res.stdout) or {}).get("ok")):
-        raise SyncError(f"node {node}: the code could not be written there (exit code "
-                        f"{res.exit_code}): {(res.stderr.strip() or res.stdout.strip())[-800:]}")
+        said = (res.stderr.strip() or res.stdout.strip()).splitlines()
+        own = [ln for ln in said if ln.startswith("ddptui sync: ")]
+        why = own[-1].removeprefix("ddptui sync: ") if own else (
+            f"exit code {res.exit_code}: {said[-1][-300:] if said else 'no output'}")
+        raise SyncError(f"node {node}: the project's code could not be written there "
+                        f"({why}). Check that the node's workdir exists and is writable "
+                        "(`ddptui check` tests it).")
     seconds = time.monotonic() - t0
     on_progress(done_text(plan, seconds, cached=cached))
     return dict(stats(plan, seconds, digest, cached=cached))

@@ -71,7 +71,12 @@ line = inp.readline()
 if not line.strip():
     sys.exit(0)  # the sender had nothing to send, or gave up
 hdr = json.loads(line)
-os.makedirs(root, mode=0o700, exist_ok=True)
+def fail(e):
+    sys.exit("ddptui sync: %s: %s" % (e.strerror or e, e.filename or root))
+try:
+    os.makedirs(root, mode=0o700, exist_ok=True)
+except OSError as e:
+    fail(e)
 final = os.path.join(root, digest)
 tmp = os.path.join(root, "%s%s-%d" % (tmp_prefix, digest, os.getpid()))
 base = os.path.join(root, hdr["base"]) if hdr["base"] else None
@@ -120,12 +125,14 @@ try:
             raise
         shutil.rmtree(tmp, ignore_errors=True)
     os.replace(tmp + suf, final + suf)
-except BaseException:
+except BaseException as e:
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         os.unlink(tmp + suf)
     except OSError:
         pass
+    if isinstance(e, OSError):
+        fail(e)
     raise
 print(json.dumps({"ok": True, "files": files}))
 """

@@ -188,12 +188,21 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "clean":
         return _clean(args)
     if args.command == "stop":
-        try:
-            ctl = Controller.attach(args.run_id, state_root=args.state_dir, follow=False)
-        except LaunchError as e:
-            print(f"ddptui: {e}", file=sys.stderr)
-            return USAGE_EXIT
-        report = ctl.stop(args.grace)
+        from ddptui.launch.stop_beside import followed_elsewhere, stop_beside
+        from ddptui.store.runs import state_root
+
+        root = state_root(args.state_dir)
+        if followed_elsewhere(root, args.run_id):  # its own controller records the end
+            print(f"ddptui: run {args.run_id} is followed by another ddptui on this machine; "
+                  "stopping it on its nodes, that ddptui records the end", flush=True)
+            report = stop_beside(root, args.run_id, args.grace)
+        else:
+            try:
+                ctl = Controller.attach(args.run_id, state_root=args.state_dir, follow=False)
+            except LaunchError as e:
+                print(f"ddptui: {e}", file=sys.stderr)
+                return USAGE_EXIT
+            report = ctl.stop(args.grace)
         for node, err in report.errors.items():
             print(f"ddptui: node {node}: {err}", file=sys.stderr)
         for node, pids in report.leftover.items():

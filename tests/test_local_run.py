@@ -133,6 +133,8 @@ def test_stopping_a_headless_run(tmp_path: Path, how: str) -> None:
             res = ddptui("stop", run_id, state=state, timeout=60)
             assert res.returncode == 0, res.stdout + res.stderr
             assert "node a: clean" in res.stdout and "node b: clean" in res.stdout
+            # the headless ddptui still follows: it alone writes the run's files and ending
+            assert "followed by another ddptui" in res.stdout, res.stdout
         code = proc.wait(60)
     finally:
         if proc.poll() is None:

@@ -23,6 +23,37 @@ def test_probe_reports_python_and_torch() -> None:
     assert probe.torch and probe.torch.startswith("2.")
 
 
+def test_probe_reads_torch_without_importing_it(tmp_path: Path) -> None:
+    """The launch probe finds torch by its files: a torch whose import would fail (or take
+    seconds) still reports its version, and one that is absent or names none is an error."""
+    import torch
+
+    fake = tmp_path / "fake" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise SystemExit("imported")\n')
+    (fake / "version.py").write_text("from typing import Optional\n__version__ = '2.99.0+cu128'"
+                                     "\ncuda: Optional[str] = '12.8'\n")
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={fake.parent} exec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    probe = nodeops.parse_probe(sh(nodeops.probe_cmd(str(wrapper))).stdout)
+    assert probe is not None and probe.torch == "2.99.0+cu128" and probe.cuda_version == "12.8"
+    assert probe.cuda is None  # only an import can tell; ddptui check asks
+    (fake / "version.py").unlink()
+    probe = nodeops.parse_probe(sh(nodeops.probe_cmd(str(wrapper))).stdout)
+    assert probe is not None and probe.torch is None and "names no __version__" in (
+        probe.torch_error or "")
+    real = nodeops.parse_probe(sh(nodeops.probe_cmd(sys.executable)).stdout)
+    assert real is not None and real.torch == torch.__version__
+    assert real.cuda_version == torch.version.cuda
+    empty = tmp_path / "python-without-torch"
+    empty.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    empty.chmod(0o755)
+    probe = nodeops.parse_probe(sh(nodeops.probe_cmd(str(empty))).stdout)
+    assert probe is not None and probe.torch is None
+    assert probe.torch_error == "ModuleNotFoundError: No module named 'torch'"
+
+
 def test_probe_of_a_missing_interpreter_exits_127() -> None:
     res = sh(nodeops.probe_cmd("/no/such/python; touch /tmp/ddptui-pwned"))
     assert res.returncode == 127 and "no such interpreter" in res.stderr

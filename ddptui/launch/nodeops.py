@@ -22,20 +22,45 @@ from typing import Any
 from ddptui.store import rundir
 from ddptui.sync import remote
 
+#: Finds torch and reads its version files without importing it: ``import torch`` costs 1-2 s
+#: of CPU per node (far more from a cold network filesystem), and torchrun pays it again right
+#: after. What only an import can tell (is CUDA usable, how many devices) is left unknown here
+#: and asked by ``ddptui check``'s own program; a torch that is found but cannot be imported
+#: fails at once in torchrun, where the diagnosis quotes its error.
 PROBE_SRC = r"""
-import json, os, socket, sys
+import json, os, re, socket, sys
+import importlib.util
 out = {"python": sys.executable, "version": sys.version.split()[0],
        "hostname": socket.gethostname()}
+def field(text, name):
+    m = re.search(r"^%s\b[^=\n]*=\s*['\"]([^'\"]+)['\"]" % name, text, re.M)
+    return m.group(1) if m else None
 try:
-    import torch
-    out["torch"] = torch.__version__
-    out["cuda"] = torch.cuda.is_available() if hasattr(torch, "cuda") else False
-    out["cuda_version"] = getattr(getattr(torch, "version", None), "cuda", None)
-    try:  # for preflight: every node's torch, CUDA and NCCL must agree
-        out["devices"] = torch.cuda.device_count()
-        out["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
-    except Exception:
-        pass
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        raise ModuleNotFoundError("No module named 'torch'")
+    here = os.path.dirname(spec.origin)
+    text = ""
+    for name in ("version.py", os.path.basename(spec.origin)):
+        try:
+            with open(os.path.join(here, name)) as f:
+                text = f.read()
+        except OSError:
+            continue
+        if field(text, "__version__"):
+            break
+    version = field(text, "__version__")
+    if version is None:
+        raise ImportError("the torch at %s names no __version__" % here)
+    out["torch"] = version
+    out["cuda_version"] = field(text, "cuda")
+    import importlib.metadata as md
+    for dist in ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11"):
+        try:
+            out["nccl"] = md.version(dist)
+            break
+        except Exception:
+            pass
 except Exception as e:
     out["torch_error"] = f"{type(e).__name__}: {e}"
 print(json.dumps(out))
@@ -199,7 +224,7 @@ class Probe:
     hostname: str
     torch: str | None
     torch_error: str | None
-    cuda: bool = False
+    cuda: bool | None = None  # usable; None: not asked (the launch probe imports no torch)
     cuda_version: str | None = None
     nccl: str | None = None
     devices: int | None = None
@@ -222,7 +247,7 @@ def parse_probe(stdout: str) -> Probe | None:
     if d is None:
         return None
     return Probe(str(d["python"]), str(d.get("version", "")), str(d.get("hostname", "")),
-                 d.get("torch"), d.get("torch_error"), bool(d.get("cuda", False)),
+                 d.get("torch"), d.get("torch_error"), d.get("cuda"),
                  d.get("cuda_version"), d.get("nccl"), d.get("devices"))
 
 

@@ -61,7 +61,7 @@ def test_probe_of_a_missing_interpreter_exits_127() -> None:
 
 
 def test_stop_kills_marked_processes_in_other_sessions_too(tmp_path: Path) -> None:
-    env = dict(os.environ, DDPTUI_RUN="r1/0")
+    env = dict(os.environ, DDPTUI_RUN="r1/0", LOCAL_RANK="0")  # ranks, as torchrun starts them
     ignore_term = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
                    "time.sleep(60)")
     procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env,
@@ -83,6 +83,32 @@ def test_stop_kills_marked_processes_in_other_sessions_too(tmp_path: Path) -> No
         assert (tmp_path / "stop_requested").exists()
     finally:
         for p in [*procs, other]:
+            p.kill()
+            p.wait(timeout=5)
+
+
+def test_stop_does_not_wait_out_the_grace_for_an_agent_whose_ranks_are_gone(
+        tmp_path: Path) -> None:
+    """torchrun's agent may linger on its peers' rendezvous after its ranks exit: once no rank
+    is left it goes after a second, not after the grace, and is not reported as a rank that
+    ignored SIGTERM."""
+    ignore_term = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                   "time.sleep(60)")
+    rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                            env=dict(os.environ, DDPTUI_RUN="r2/0", LOCAL_RANK="0"),
+                            start_new_session=True)
+    agent = subprocess.Popen([sys.executable, "-c", ignore_term],
+                             env=dict(os.environ, DDPTUI_RUN="r2/0"), start_new_session=True)
+    try:
+        time.sleep(0.3)
+        # a grace of 600 s that the stop must not wait out: sh() gives up after 60
+        res = sh(nodeops.stop_cmd(sys.executable, "r2", 0, 600.0, None, str(tmp_path)))
+        out = nodeops.parse_stop(res.stdout)
+        assert out is not None and out.leftover == [] and out.killed == []
+        assert sorted(out.found) == sorted([rank.pid, agent.pid])
+        assert agent.wait(timeout=5) == -9 and rank.wait(timeout=5) == -15
+    finally:
+        for p in (rank, agent):
             p.kill()
             p.wait(timeout=5)
 

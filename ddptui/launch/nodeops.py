@@ -78,7 +78,7 @@ except OSError:
     pass
 
 def members():
-    found = set()
+    found = {}  # pid -> a rank (torchrun gives its workers LOCAL_RANK), else agent or shell
     for d in os.listdir("/proc"):
         if not d.isdigit() or int(d) == me:
             continue
@@ -93,7 +93,7 @@ def members():
         if fields and fields[0] == b"Z":
             continue
         if marker in env or (pgid > 0 and int(fields[2]) == pgid):
-            found.add(int(d))
+            found[int(d)] = any(e.startswith(b"LOCAL_RANK=") for e in env)
     return found
 
 def signal_all(pids, sig):
@@ -113,9 +113,17 @@ signal_all(first, signal.SIGTERM)
 deadline = time.monotonic() + grace
 left = members()
 while left and time.monotonic() < deadline:
+    if not any(left.values()):
+        # every rank is gone: torchrun's agent has nothing left to wait for but its peers'
+        # rendezvous, which are being stopped too; a second, then it goes like the rest
+        deadline = min(deadline, time.monotonic() + 1.0)
+        while left and time.monotonic() < deadline:
+            time.sleep(0.05)
+            left = members()
+        break
     time.sleep(0.1)
     left = members()
-killed = sorted(left)
+killed = sorted(p for p, rank in left.items() if rank)  # ranks that ignored SIGTERM
 if left:
     signal_all(left, signal.SIGKILL)
     end = time.monotonic() + 5

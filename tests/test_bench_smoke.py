@@ -55,3 +55,8 @@ def test_stream_bench_one_host() -> None:
 def test_ingest_bench_small() -> None:
     out = bench("ingest.py", "--lines", "20000", "--rounds", "1")
     assert "parser + store" in out and "x raw" in out
+
+
+def test_preflight_bench_one_host() -> None:
+    out = bench("preflight.py", "--sizes", "1", "--rounds", "1")
+    assert "connect+probe" in out and "found problems" not in out

@@ -66,19 +66,14 @@ except Exception as e:
 print(json.dumps(out))
 """
 
-STOP_SRC = r"""
-import json, os, signal, sys, time
-marker = sys.argv[1].encode()
-grace = float(sys.argv[2])
-pgid = int(sys.argv[3])
-me = os.getpid()
-try:  # so a controller following from elsewhere reports "stopped", not "failed"
-    open(sys.argv[4], "w").close()
-except OSError:
-    pass
-
-def members():
-    found = {}  # pid -> a rank (torchrun gives its workers LOCAL_RANK), else agent or shell
+#: How every node program finds processes: each live one (not a zombie) with its environment
+#: and its ``/proc/PID/stat`` fields after the name (state, ppid, pgrp, ...). A run's own are
+#: those whose environment holds its marker (``DDPTUI_RUN=<run>/<node rank>``, which every
+#: process torchrun starts inherits, whatever session it makes) or that are in its group.
+PROCS_SRC = r"""
+import os
+def procs():
+    me = os.getpid()
     for d in os.listdir("/proc"):
         if not d.isdigit() or int(d) == me:
             continue
@@ -90,10 +85,25 @@ def members():
         except OSError:
             continue
         fields = stat[stat.rfind(b")") + 2:].split()
-        if fields and fields[0] == b"Z":
-            continue
+        if fields and fields[0] != b"Z":
+            yield int(d), env, fields
+"""
+
+STOP_SRC = PROCS_SRC + r"""
+import json, signal, sys, time
+marker = sys.argv[1].encode()
+grace = float(sys.argv[2])
+pgid = int(sys.argv[3])
+try:  # so a controller following from elsewhere reports "stopped", not "failed"
+    open(sys.argv[4], "w").close()
+except OSError:
+    pass
+
+def members():
+    found = {}  # pid -> a rank (torchrun gives its workers LOCAL_RANK), else agent or shell
+    for pid, env, fields in procs():
         if marker in env or (pgid > 0 and int(fields[2]) == pgid):
-            found[int(d)] = any(e.startswith(b"LOCAL_RANK=") for e in env)
+            found[pid] = any(e.startswith(b"LOCAL_RANK=") for e in env)
     return found
 
 def signal_all(pids, sig):

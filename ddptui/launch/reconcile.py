@@ -33,24 +33,10 @@ from ddptui.launch.outcome import STOPPED_EXIT, run_exit_code
 from ddptui.store import rundir
 from ddptui.store.runs import RunSummary, list_runs, read_run, summary_of, write_run
 
-CHECK_SRC = r"""
-import json, os, sys
+CHECK_SRC = nodeops.PROCS_SRC + r"""
+import json, sys
 marker, exit_path, stop_path = sys.argv[1].encode(), sys.argv[2], sys.argv[3]
-me = os.getpid()
-alive = []
-for d in os.listdir("/proc"):
-    if not d.isdigit() or int(d) == me:
-        continue
-    try:
-        with open("/proc/" + d + "/environ", "rb") as f:
-            env = f.read().split(b"\0")
-        with open("/proc/" + d + "/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        continue
-    fields = stat[stat.rfind(b")") + 2:].split()
-    if marker in env and not (fields and fields[0] == b"Z"):
-        alive.append(int(d))
+alive = [pid for pid, env, _ in procs() if marker in env]
 try:
     with open(exit_path) as f:
         code = f.read().strip()

@@ -34,33 +34,23 @@ HOW_TO_GET = "pip install py-spy in the node's environment (the one of {python})
 PTRACE_HINT = (" (py-spy reads the rank's memory with ptrace: run ddptui's user as root on the "
                "node, or as the ranks' own user with kernel.yama.ptrace_scope at 0 or 1)")
 
-STACKS_SRC = r"""
-import json, os, shutil, subprocess, sys
+STACKS_SRC = nodeops.PROCS_SRC + r"""
+import json, shutil, subprocess, sys
 marker, want, timeout = sys.argv[1].encode(), sys.argv[2], float(sys.argv[3])
 want = {int(r) for r in want.split(",") if r}
-me, procs = os.getpid(), {}
-for d in os.listdir("/proc"):
-    if not d.isdigit() or int(d) == me:
-        continue
-    try:
-        with open("/proc/" + d + "/environ", "rb") as f:
-            env = f.read().split(b"\0")
-        with open("/proc/" + d + "/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        continue
-    fields = stat[stat.rfind(b")") + 2:].split()
-    if marker not in env or not fields or fields[0] == b"Z":
+found = {}
+for pid, env, fields in procs():
+    if marker not in env:
         continue
     vals = dict(e.split(b"=", 1) for e in env if b"=" in e)
     rank = vals.get(b"RANK", b"")
     if rank.isdigit():
         local = vals.get(b"LOCAL_RANK", b"")
-        procs[int(d)] = (int(rank), int(local) if local.isdigit() else None, int(fields[1]))
+        found[pid] = (int(rank), int(local) if local.isdigit() else None, int(fields[1]))
 ranks = {}
-for pid, (rank, local, ppid) in sorted(procs.items()):
+for pid, (rank, local, ppid) in sorted(found.items()):
     # a rank's own process; a data loader's worker has the same RANK and the rank as parent
-    if procs.get(ppid, (None,))[0] != rank and (not want or rank in want):
+    if found.get(ppid, (None,))[0] != rank and (not want or rank in want):
         ranks[rank] = (pid, local)
 spy = shutil.which("py-spy")
 beside = os.path.join(os.path.dirname(sys.executable), "py-spy")

@@ -20,6 +20,8 @@ from cluster import Cluster, ClusterFactory
 from jobs import ddptui, marked_pids, run_id_of, seqs, spawn_ddptui, write_job
 from test_ssh_run import hosts, only_sshd_left, wait_until
 
+from ddptui.events import NodeStatus
+from ddptui.launch.follow import Finished
 from ddptui.launch.liveness import Watch
 
 
@@ -40,18 +42,21 @@ class Follower:
 
 
 def watch_once(silent: dict[str, float], ended: tuple[str, ...] = (),
+               failed: tuple[str, ...] = (), end_after_failure: float = 60.0,
                ) -> tuple[Watch, dict[str, Follower], list[str]]:
     followers = {n: Follower(s) for n, s in silent.items()}
-    for n in ended:
+    for n in (*ended, *failed):
         followers[n].ended = True
     stopped: list[str] = []
     done = threading.Event()
     ctl = SimpleNamespace(
         _followers=followers, _done=done, _stopping=threading.Event(), transports={},
+        _finished={n: Finished(n, NodeStatus.FAILED, 1) for n in failed},
         config=SimpleNamespace(job=SimpleNamespace(stop_grace=1.0)),
         node_state=lambda *a: None, _publish_note=lambda *a: None,
         _stop_node=lambda name, grace: stopped.append(name) or [])
-    w = Watch(ctl, lost_after=4, tick=0.01)  # type: ignore[arg-type]
+    w = Watch(ctl, lost_after=4, tick=0.01,  # type: ignore[arg-type]
+              end_after_failure=end_after_failure)
     w.start()
     time.sleep(0.3)
     done.set()
@@ -64,6 +69,17 @@ def test_a_silent_node_is_lost_and_the_others_are_stopped() -> None:
     assert w.lost == ["b"] and sorted(stopped) == ["a", "c"]  # d had exited already
     assert f["b"].gave_up.startswith("lost: no answer for 9 s (health.lost_after is 4 s)")
     assert not f["a"].gave_up and not f["c"].gave_up
+
+
+def test_a_failed_node_has_the_others_stopped_once_they_had_their_time() -> None:
+    w, _, stopped = watch_once({"a": 0.0, "b": 0.0, "c": 0.0}, failed=("b",),
+                               end_after_failure=0.05)
+    assert w.failed == "b" and w.lost == [] and sorted(stopped) == ["a", "c"]
+    w, _, stopped = watch_once({"a": 0.0, "b": 0.0}, failed=("b",), end_after_failure=60)
+    assert w.failed is None and stopped == []  # still within their time
+    w, _, stopped = watch_once({"a": 0.0, "b": 0.0}, ended=("a",), failed=("b",),
+                               end_after_failure=0.05)
+    assert w.failed is None and stopped == []  # nothing left to stop: the run just ends
 
 
 def test_when_no_node_answers_none_is_declared_lost() -> None:
@@ -200,3 +216,35 @@ def test_a_long_partition_fails_the_run_and_nothing_is_left_after_heal(
     meta = read_meta(state, run_id)
     assert meta["status"] == "failed" and meta["unstopped"] == []
     assert "reached again" in next(n for n in meta["nodes"] if n["name"] == "node2")["cleanup"]
+
+
+@pytest.mark.cluster
+@pytest.mark.torchrun
+def test_a_module_missing_on_one_node_ends_the_run_naming_it(cluster2: Cluster,
+                                                             tmp_path: Path) -> None:
+    """node2 lacks a package node1 has: its ranks die at import, node1's wait in the
+    rendezvous for ranks that never come; ddptui stops them after health.end_after_failure
+    and says which module is missing where."""
+    site = tmp_path / "site-node1"  # what only node1's environment has installed
+    site.mkdir()
+    (site / "fastkernels.py").write_text("SPEED = 1\n")
+    d: dict[str, Any] = hosts(cluster2, tmp_path)
+    d["nodes"][0]["env"] = {"PYTHONPATH": str(site)}
+    d["health"] = {"end_after_failure": 3}
+    d["job"]["stop_grace"] = 2
+    job = tmp_path / "job"
+    job.mkdir()
+    path = write_job(job, d)
+    (job / "job.py").write_text("import fastkernels\n" + (job / "job.py").read_text())
+    t0 = time.monotonic()
+    res = ddptui("run", str(path), "--headless", state=tmp_path / "state", timeout=180)
+    took = time.monotonic() - t0
+    said = summary(res.stdout) if "\n[" in res.stdout else res.stdout.splitlines()
+    assert res.returncode not in (0, 2), res.stdout[-3000:] + res.stderr
+    head = next(ln for ln in said if ln.startswith("ddptui: "))
+    assert "fastkernels" in head and "node2" in head, res.stdout[-3000:]
+    assert "node node2 failed and its ranks are gone" in res.stdout, res.stdout[-3000:]
+    assert took < 120, took  # not the half hour node1's ranks would wait by themselves
+    meta = read_meta(tmp_path / "state", run_id_of(res.stdout))
+    assert meta["status"] == "failed" and meta["diagnosis"]["node"] == "node2"
+    wait_until(lambda: only_sshd_left(cluster2), 15, "nothing of the run left")

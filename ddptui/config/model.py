@@ -189,6 +189,9 @@ class HealthConfig:
     lost_after: float = field(default=30.0, metadata=key(
         v.seconds(above_zero=True), hints=("lost_timeout",)))
     """Seconds a node may be unreachable before it is declared lost and the run ends."""
+    end_after_failure: float = field(default=30.0, metadata=key(
+        v.seconds(above_zero=False), hints=("failure_grace",)))
+    """Seconds the other nodes may run on after a node failed, before ddptui stops them."""
 
 
 @dataclass(frozen=True)

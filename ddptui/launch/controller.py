@@ -244,7 +244,8 @@ class Controller:
     def _conclude(self) -> None:
         codes = {n: f.exit_code for n, f in self._finished.items()}
         lost = bool(self.watch.lost) and not self._stopping.is_set()  # a stop comes first
-        stopped = not lost and (self._stopping.is_set() or any(
+        ended = lost or (self.watch.failed is not None and not self._stopping.is_set())
+        stopped = not ended and (self._stopping.is_set() or any(
             f.status is NodeStatus.STOPPED for f in self._finished.values()))
         failures = self.store.failure_list()
         names = [n.name for n in self.config.nodes]

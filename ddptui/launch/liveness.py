@@ -58,12 +58,18 @@ def close_later(transport: Transport | None) -> None:
 class Watch(threading.Thread):
     """Declares silent nodes lost and ends the run around them (see the module's docstring)."""
 
-    def __init__(self, ctl: Controller, lost_after: float, tick: float = TICK_S) -> None:
+    def __init__(self, ctl: Controller, lost_after: float, tick: float = TICK_S,
+                 end_after_failure: float | None = None) -> None:
         super().__init__(name="ddptui-liveness", daemon=True)
         self.ctl = ctl
         self.lost_after = lost_after
         self.tick = tick
         self.lost: list[str] = []  # nodes declared lost, in the order they were
+        self.end_after_failure = (ctl.config.health.end_after_failure
+                                  if end_after_failure is None else end_after_failure)
+        #: The node whose failure made the watch stop the others (then the run failed).
+        self.failed: str | None = None
+        self._failed_at: tuple[str, float] | None = None
 
     def run(self) -> None:
         followers = self.ctl._followers
@@ -83,18 +89,38 @@ class Watch(threading.Thread):
                              f"{self.lost_after:g} s){why}"):
                     self.lost.append(name)
                     close_later(self.ctl.transports.pop(name, None))
-                    self._end_run(name)
+                    self._end_run(f"node {name} was lost")
+            self._after_failure(now)
 
-    def _end_run(self, lost: str) -> None:
-        """Stop the nodes still running: their ranks cannot go on without ``lost``."""
-        ctl = self.ctl
-        others = [n for n, f in ctl._followers.items() if not (f.ended or f.halt.is_set())]
-        if not others or ctl._stopping.is_set():
+    def _after_failure(self, now: float) -> None:
+        """A node whose torchrun failed (its restarts spent) leaves the others' ranks waiting
+        for its ranks, in a rendezvous or a store, for up to half an hour: they get
+        ``health.end_after_failure`` seconds to end by themselves, then they are stopped."""
+        if self.failed is not None or self.ctl._stopping.is_set():
             return
+        if self._failed_at is None:
+            failed = [n for n, f in list(self.ctl._finished.items())
+                      if f.status is NodeStatus.FAILED]
+            if failed:
+                self._failed_at = (failed[0], now)
+            return
+        name, since = self._failed_at
+        if now - since >= self.end_after_failure and self._end_run(
+                f"node {name} failed", why="its ranks are gone, so the ranks here would wait "
+                                           "for them until a timeout"):
+            self.failed = name
+
+    def _end_run(self, what: str, why: str = "the run cannot go on without it") -> bool:
+        """Stop the nodes still running, whose ranks cannot go on after ``what``; whether
+        any was left to stop."""
+        ctl = self.ctl
+        others = [n for n, f in ctl._followers.items()
+                  if not (f.ended or f.halt.is_set()) and n not in ctl._finished]
+        if not others or ctl._stopping.is_set():
+            return False
         grace = ctl.config.job.stop_grace
         for n in others:
-            ctl.node_state(n, NodeStatus.STOPPING, f"node {lost} was lost and the run cannot "
-                                                   f"go on without it: SIGTERM, then SIGKILL "
+            ctl.node_state(n, NodeStatus.STOPPING, f"{what} and {why}: SIGTERM, then SIGKILL "
                                                    f"after {grace:g} s")
 
         def stop(name: str) -> None:
@@ -105,6 +131,7 @@ class Watch(threading.Thread):
 
         threading.Thread(target=map_at_once, args=(others, stop), name="ddptui-end-run",
                          daemon=True).start()
+        return True
 
 
 def lost_nodes(ctl: Controller) -> list[str]:

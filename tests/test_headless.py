@@ -18,6 +18,7 @@ from ddptui.faces.headless import (
 )
 from ddptui.launch.follow import Batch
 from ddptui.launch.outcome import RunResult
+from ddptui.nccl import NcclFacts
 from ddptui.store.store import Store
 
 BOILER = "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"
@@ -104,7 +105,8 @@ def test_torchs_boilerplate_is_never_a_failure_head() -> None:
 def fake_ctl(result: RunResult, status: str) -> SimpleNamespace:
     info = SimpleNamespace(status=status)
     return SimpleNamespace(run_id="r7", wait=lambda _t: result,
-                           store=SimpleNamespace(run_info=lambda: info), reaper=None)
+                           store=SimpleNamespace(run_info=lambda: info), reaper=None,
+                           nccl_facts=NcclFacts)
 
 
 def test_a_run_that_succeeds_prints_as_before() -> None:

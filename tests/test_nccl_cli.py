@@ -287,6 +287,9 @@ def test_a_live_run_shows_its_nccl_facts_while_it_runs_and_keeps_them(tmp_path: 
             proc.wait(10)
     meta = json.loads(run_json.read_text())
     assert meta["status"] == "finished"
+    said = (tmp_path / "run.out").read_text()  # the headless summary names them too
+    assert "ddptui: NCCL: node a: NCCL uses bootstrap lo:127.0.0.1 (loopback)" in said, said
+    assert "`ddptui nccl nccl-live` shows what NCCL chose on each node" in said
     nodes = meta["nccl"]["nodes"]
     assert nodes["a"]["interfaces"][0] == {"name": "lo", "address": "127.0.0.1",
                                            "role": "bootstrap"}

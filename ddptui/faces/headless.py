@@ -26,6 +26,7 @@ from ddptui.events import (
 from ddptui.launch.controller import Controller
 from ddptui.launch.follow import Batch
 from ddptui.launch.outcome import RunResult
+from ddptui.nccl import nccl_warnings
 from ddptui.store.health import stall_texts
 from ddptui.store.store import Store
 
@@ -150,11 +151,29 @@ def run_headless(ctl: Controller, out: TextIO = sys.stdout) -> int:
         return 1
     if result.exit_code != 0 and not result.stopped:
         out.write(failure_report(ctl.store, result, run_id=ctl.run_id) + "\n")
+    out.write(nccl_report(ctl))
     out.write(f"ddptui: run {ctl.run_id} {ctl.store.run_info().status}, exit code "
               f"{result.exit_code}\n")
     out.flush()
     await_reaper(ctl, out)
     return result.exit_code
+
+
+#: At most this many NCCL warnings in the summary; ``ddptui nccl`` has them all.
+NCCL_WARNINGS_SHOWN = 5
+
+
+def nccl_report(ctl: Controller) -> str:
+    """What looked wrong in NCCL's choices (a job on TCP beside InfiniBand, a loopback
+    interface, ...), failed run or not: a run that worked may still have been slow for it."""
+    warnings = nccl_warnings(ctl.nccl_facts())
+    if not warnings:
+        return ""
+    lines = [f"ddptui: NCCL: {w.text}" for w in warnings[:NCCL_WARNINGS_SHOWN]]
+    more = len(warnings) - NCCL_WARNINGS_SHOWN
+    lines.append(f"ddptui: {f'{more} more NCCL warning(s); ' if more > 0 else ''}"
+                 f"`ddptui nccl {ctl.run_id}` shows what NCCL chose on each node")
+    return "\n".join(lines) + "\n"
 
 
 def await_reaper(ctl: Controller, out: TextIO) -> None:

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddptui.launch import nodeops
 from ddptui.store import rundir
 
 #: ``--keep``'s default: the newest finished runs stay, so `ddptui logs` keeps recent history.
@@ -33,24 +34,21 @@ CACHE_GRACE_S = 600
 #: A sync's temporary tree this old is what an interrupted sync left.
 TMP_GRACE_S = 3600
 
-NODE_SRC = r"""
-import json, os, re, shutil, stat, sys, time
+NODE_SRC = nodeops.PROCS_SRC + r"""
+import json, re, shutil, stat, sys, time
 mode, runs_root, code_root, suf, grace = sys.argv[1:6]
 grace, code_root = float(grace), os.path.normpath(code_root)
 runs_root = os.path.normpath(runs_root)
 CODE_REF = re.compile(r"\.ddptui/code/([A-Za-z0-9_][A-Za-z0-9._-]*)")
+GROUPS = set()  # process groups with a live member (a group of zombies is over)
 def markers():
     found = set()
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open("/proc/" + d + "/environ", "rb") as f:
-                    env = f.read().split(b"\0")
-            except OSError:
-                continue
-            for e in env:
-                if e.startswith(b"DDPTUI_RUN="):
-                    found.add(e[11:].decode("utf-8", "replace"))
+    GROUPS.clear()
+    for pid, env, fields in procs():
+        GROUPS.add(int(fields[2]))
+        for e in env:
+            if e.startswith(b"DDPTUI_RUN="):
+                found.add(e[11:].decode("utf-8", "replace"))
     return found
 def mtime(p):
     try:
@@ -68,14 +66,8 @@ def state(d, run_id, rank, marks, now):
         return "live"
     code = read(os.path.join(d, "exit_code"))
     pgid = (read(os.path.join(d, "pgid")) or "").strip()
-    if code is None and pgid.isdigit() and int(pgid) > 0:
-        try:
-            os.killpg(int(pgid), 0)
-            return "live"
-        except PermissionError:
-            return "live"
-        except OSError:
-            pass
+    if code is None and pgid.isdigit() and int(pgid) in GROUPS:
+        return "live"
     if code is None and not pgid:
         t = mtime(os.path.join(d, "launch.sh")) or mtime(d)
         if t is not None and now - t < grace:

@@ -346,6 +346,8 @@ class Controller:
             self._consumer.join(timeout=10)
         self.samplers.end()  # nobody watches: a new one starts on attach
         self._close_transports()
+        if self._meta.get("nodes"):  # run.json must not name a follower that is no more
+            self.write_meta(controller={**this_controller(), "detached": True})
         self.store.close()
 
     @classmethod

@@ -54,6 +54,8 @@ def owner_of(meta: dict[str, Any]) -> Owner:
     rec = meta.get("controller")
     if not isinstance(rec, dict) or not isinstance(rec.get("pid"), int):
         return Owner.UNKNOWN
+    if rec.get("detached"):
+        return Owner.GONE  # it let go of the run (ddptui attach takes it up again)
     if rec.get("host") != socket.gethostname():
         return Owner.ELSEWHERE
     if rec.get("boot") and rec.get("boot") != _boot_id():

@@ -64,10 +64,16 @@ def hosts_file(c: Cluster, tmp_path: Path) -> Path:
     })
 
 
-def only_sshd_left(c: Cluster) -> None:
-    for h in c.hosts:
-        listeners = {p.pid for p in h.sshd_procs}
-        assert set(c.pids(h)) - listeners == set(), h.name
+def only_sshd_left(c: Cluster, within: float = 10.0) -> None:
+    """Nothing but the sshd listeners, once the last sessions have closed (bounded)."""
+    def left() -> dict[str, set[int]]:
+        return {h.name: set(c.pids(h)) - {p.pid for p in h.sshd_procs} for h in c.hosts
+                if set(c.pids(h)) - {p.pid for p in h.sshd_procs}}
+    end = time.monotonic() + within
+    while left() and time.monotonic() < end:
+        time.sleep(0.2)
+    assert left() == {}, {n: [Path(f"/proc/{p}/cmdline").read_bytes()[:200] for p in pids
+                              if Path(f"/proc/{p}").exists()] for n, pids in left().items()}
 
 
 def test_samples_reach_the_dashboard_and_disk_and_stop_leaves_no_sampler(

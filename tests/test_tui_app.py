@@ -783,3 +783,32 @@ async def test_chart_is_drawn_again_only_when_points_arrive() -> None:
         screen.redraw_chart()
         screen.tick()
         assert drawn == ["loss"]
+
+
+@sync
+async def test_d_shows_the_whole_diagnosis_of_a_failed_run() -> None:
+    from ddptui.diagnose import Cause, Diagnosis
+    from ddptui.tui.screens.diagnosis import DiagnosisScreen
+
+    app = make_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        ctl = await launched(pilot, app)
+        await pilot.press("d")
+        await pilot.pause()
+        assert not isinstance(app.screen, DiagnosisScreen)
+        assert "No failed run to explain" in toasts(app)
+        d = Diagnosis(Cause.RANK_ERROR, "rank 1 (node b) raised ValueError: boom. What to do: "
+                      "fix the script.", "rank 1 raised", "fix the script", node="b", rank=1,
+                      evidence=["[b r1] ValueError: boom"],
+                      details={"a": ["rank 0 stopped by torchrun after rank 1 failed"]})
+        ctl.result = RunResult(1, [], {"a": 1, "b": 1}, False, diagnosis=d)
+        ctl._done = True
+        await pilot.press("d")
+        await pilot.pause()
+        assert isinstance(app.screen, DiagnosisScreen)
+        shown = str(app.screen.query_one("#report").render())
+        assert shown.splitlines() == d.report()
+        assert "node a: rank 0 stopped by torchrun" in shown and "[b r1] ValueError" in shown
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, DiagnosisScreen)

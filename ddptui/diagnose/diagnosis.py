@@ -53,6 +53,15 @@ class Diagnosis:
     evidence: list[str] = field(default_factory=list)
     details: dict[str, list[str]] = field(default_factory=dict)
 
+    def report(self, prefix: str = "") -> list[str]:
+        """The whole explanation as every face shows it: ddptui's sentence (after
+        ``prefix``), the lines it rests on, then what else happened, node by node."""
+        out = [f"{prefix}{self.headline}"]
+        out.extend(f"  {line}" for line in self.evidence)
+        for node, lines in self.details.items():
+            out.extend(f"  node {node}: {line}" for line in lines)
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, for ``run.json``'s ``diagnosis`` key."""
         return {

@@ -88,11 +88,7 @@ def format_failure_head(f: Failure) -> str:
 
 def diagnosis_report(d: Diagnosis) -> list[str]:
     """The diagnosis first: ddptui's sentence, the lines it rests on, then node by node."""
-    out = [f"ddptui: {d.headline}"]
-    out.extend(f"  {line}" for line in d.evidence)
-    for node, lines in d.details.items():
-        out.extend(f"  node {node}: {line}" for line in lines)
-    return out
+    return d.report("ddptui: ")
 
 
 def failure_report(store: Store, result: RunResult, tail: int = 15, run_id: str = "") -> str:

@@ -30,6 +30,7 @@ from ddptui.store.store import Store
 from ddptui.tui.dashboard import DashboardScreen
 from ddptui.tui.handle import Attacher, RunFactory, RunHandle, RunLister
 from ddptui.tui.lifecycle import Lifecycle
+from ddptui.tui.screens.diagnosis import DiagnosisScreen
 from ddptui.tui.screens.help import HelpScreen
 from ddptui.tui.screens.nccl import NcclScreen
 from ddptui.tui.screens.stacks import StacksScreen
@@ -107,6 +108,7 @@ class DashboardApp(Lifecycle):
         Binding("m", "screen.toggle_metrics", "Charts"),
         Binding("k", "stacks", "Python stacks of the ranks", show=False),
         Binding("i", "nccl", "NCCL facts and warnings", show=False),
+        Binding("d", "diagnosis", "Why the run failed: ddptui's whole diagnosis", show=False),
         Binding("g", "screen.node_detail", "Node detail: GPUs, CPU, memory, network", show=False),
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit_dashboard", "Quit"),
@@ -222,6 +224,15 @@ class DashboardApp(Lifecycle):
 
     def action_nccl(self) -> None:
         self.push_screen(NcclScreen())
+
+    def action_diagnosis(self) -> None:
+        handle = self.controller
+        result = handle.result if handle is not None and handle.done else None
+        if result is None or result.diagnosis is None:
+            self.notify("No failed run to explain: the diagnosis comes when a run fails.",
+                        severity="information")
+            return
+        self.push_screen(DiagnosisScreen(handle.run_id, result.exit_code, result.diagnosis))
 
     def action_stacks(self) -> None:
         """The Python stacks of the rank in view (of every rank in other views), taken now."""

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from ddptui.events import NodeLogParser, NodeState, NodeStatus, RunStatus
-from ddptui.launch.follow import parse_chunk
+from ddptui.ingest import parse_chunk
 from ddptui.store.store import Store
 from ddptui.telemetry.sample import GpuApp, GpuSample, NodeSample
 

@@ -313,10 +313,10 @@ class NodeLogParser:
         if m is not None:
             rank, local_rank = int(m.group(1)), int(m.group(2))
             text = line[m.end():]
-            return self._worker_line(text, rank, local_rank, time)
+            return self.worker_line(text, rank, local_rank, time)
         return self._agent_line(line, time)
 
-    def _worker_line(self, text: str, rank: int, local_rank: int, time: float) -> list[Event]:
+    def worker_line(self, text: str, rank: int, local_rank: int, time: float) -> list[Event]:
         if text.startswith(METRIC_MARK):
             obj = parse_metric(text[len(METRIC_MARK):])
             if obj is not None:

@@ -25,7 +25,7 @@ from ddptui.events import (
     RunStatus,
     Source,
 )
-from ddptui.launch.follow import parse_chunk
+from ddptui.ingest import parse_chunk
 from ddptui.store.store import Change, Store
 
 T0 = 1_700_000_000.0

@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from ddptui.ingest import split_complete
 from ddptui.launch import nodeops
-from ddptui.launch.follow import split_complete
 
 
 def sh(cmd: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -32,7 +32,7 @@ from ddptui.launch.stacks import (
 )
 from ddptui.store import rundir
 from ddptui.store.health import StallWatch, assess, stall_text, whole_run_text
-from ddptui.store.store import RankView
+from ddptui.store.views import RankView
 from ddptui.transport.local import LocalTransport
 from ddptui.tui.notices import stall_notices
 

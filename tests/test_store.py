@@ -97,3 +97,58 @@ def test_recover_without_a_checkpoint_keeps_nothing(tmp_path: Path) -> None:
     assert Store.recover(tmp_path) == {}
     assert list((tmp_path / "ranks").iterdir()) == []
     assert not (tmp_path / "metrics.jsonl").exists() and not (tmp_path / "lines.log").exists()
+
+
+def _random_batches(seed: int) -> list[list[object]]:
+    """Lines of two nodes (a rank moving between them, agent lines, metric records, a bad
+    record, DEBUG lines) with node states between them, cut into batches at random."""
+    from random import Random
+
+    from ddptui.events import Level, Source
+    rnd = Random(seed)
+    events: list[object] = []
+    for i in range(3000):
+        node = rnd.choice("ab")
+        rank = rnd.choice([0, 1, 2, 3, None])
+        r = rnd.random()
+        if r < 0.03:
+            events.append(NodeState(node, rnd.choice(list(NodeStatus)), float(i), attempt=i // 900))
+        elif r < 0.08 and rank is not None:
+            events.append(Metric(node, rank, "metric", i, {"loss": 1.0 / (i + 1)}, float(i),
+                                 i // 900, {}, f'@ddptui {{"step": {i}}}'))
+        else:
+            text = rnd.choice(["step x", "@ddptui {bad", "Traceback", "w: UserWarning: u"])
+            events.append(LogLine(node, f"{text} {i}", float(i), rnd.choice(list(Source)),
+                                  rnd.choice(list(Level)), rank, rank, i // 900))
+    cuts = sorted(rnd.sample(range(1, len(events)), 40))
+    return [events[a:b] for a, b in zip([0, *cuts], [*cuts, len(events)], strict=True)]
+
+
+def test_a_batch_applies_as_its_events_would_one_by_one(tmp_path: Path) -> None:
+    """Store.apply and the mirror take rank lines a run at a time: the same end state, the
+    same files, as the one-event-at-a-time way."""
+    for seed in range(3):
+        by_batch, by_event = Store(tmp_path / f"b{seed}"), Store(tmp_path / f"e{seed}")
+        for s in (by_batch, by_event):
+            s.add_node("a", 0)
+            s.add_node("b", 1)
+        for batch in _random_batches(seed):
+            by_batch.apply(batch)  # type: ignore[arg-type]
+            for ev in batch:
+                by_event.apply([ev])  # type: ignore[list-item]
+        assert by_batch.seq == by_event.seq
+        assert by_batch.recent_lines() == by_event.recent_lines()
+        assert by_batch.node_views() == by_event.node_views()
+        assert by_batch.rank_views() == by_event.rank_views()
+        for rank in range(4):
+            assert by_batch.rank_tail(rank) == by_event.rank_tail(rank)
+        by_batch.close()
+        by_event.close()
+        names = sorted(p.relative_to(tmp_path / f"b{seed}").as_posix()
+                       for p in (tmp_path / f"b{seed}").rglob("*") if p.is_file())
+        assert "lines.log" in " ".join(names) and len(names) > 4
+        for name in names:
+            if name.endswith(".json"):
+                continue  # the checkpoint: offsets differ with the number of writes
+            assert (tmp_path / f"b{seed}" / name).read_bytes() == \
+                (tmp_path / f"e{seed}" / name).read_bytes(), name

@@ -10,7 +10,7 @@ from rich.console import Console
 from test_tui_app import launched, make_app, settle, sync, table_text
 
 from ddptui.events import NodeStatus
-from ddptui.store.store import NodeView, RankView
+from ddptui.store.views import NodeView, RankView
 from ddptui.telemetry.sample import GpuApp, GpuSample, NodeSample
 from ddptui.tui import node_rows, telemetry_cells
 from ddptui.tui.node_rows import build_rows, columns

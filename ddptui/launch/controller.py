@@ -27,7 +27,7 @@ from ddptui.config.secrets import config_masker
 from ddptui.events import Level, NodeLogParser, NodeState, NodeStatus, RunStatus, ssh_line
 from ddptui.launch import liveness, nodeops, sequence, withheld
 from ddptui.launch.evidence import Evidence
-from ddptui.launch.follow import Batch, Finished, NodeFollower, replay_raw_logs
+from ddptui.launch.follow import Batch, Finished, NodeFollower, replay_raw_logs, tune_gc
 from ddptui.launch.outcome import LaunchError, RunResult, StopReport, run_exit_code
 from ddptui.launch.plan import NodeLaunch, Plan, new_run_id
 from ddptui.launch.reach import connect, map_at_once
@@ -173,6 +173,7 @@ class Controller:
                 transport.close()
 
     def start_following(self, parsers: dict[str, NodeLogParser]) -> None:
+        tune_gc()
         self._consumer = threading.Thread(target=self._consume, name="ddptui-consumer",
                                           daemon=True)
         self._consumer.start()

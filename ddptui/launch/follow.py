@@ -14,6 +14,7 @@ rather than fails, and a blocked thread cannot judge its own silence.
 from __future__ import annotations
 
 import contextlib
+import gc
 import queue
 import threading
 import time
@@ -24,7 +25,6 @@ from typing import BinaryIO
 
 from ddptui.config.secrets import Masker
 from ddptui.events import (
-    METRIC_MARK,
     Event,
     Level,
     LogLine,
@@ -32,9 +32,9 @@ from ddptui.events import (
     NodeState,
     NodeStatus,
     Source,
-    classify_level,
     ssh_line,
 )
+from ddptui.ingest import parse_chunk, split_complete
 from ddptui.launch import nodeops
 from ddptui.store import rundir
 from ddptui.store.store import Store
@@ -43,6 +43,19 @@ from ddptui.transport.base import Transport, TransportError
 #: The most one read takes: a flood's backlog comes over in few round trips (the SSH
 #: transport streams reads this big; bench/stream.py measured 1 MiB reads at a third).
 CHUNK = 4 << 20
+
+
+#: The collector's thresholds while lines are followed. Every line is a few objects that
+#: live until the store's rings let them go, none in a cycle; at Python's default (a young
+#: collection every 700 allocations) the collector cost a fifth of a flood's delivery rate
+#: (bench/stream.py, 1 host: 205k lines/s at the default, 246-260k at these or with it off).
+GC_THRESHOLDS = (50_000, 50, 100)
+
+
+def tune_gc() -> None:
+    """Collect less often in a process that follows nodes (the headless face, the engine)."""
+    if gc.get_threshold()[0] < GC_THRESHOLDS[0]:
+        gc.set_threshold(*GC_THRESHOLDS)
 
 
 @dataclass(frozen=True)
@@ -57,53 +70,6 @@ class Finished:
     node: str
     status: NodeStatus
     exit_code: int | None
-
-
-def split_complete(buf: bytes) -> tuple[bytes, bytes]:
-    """(whole lines, remainder) of a buffer."""
-    i = buf.rfind(b"\n")
-    return (b"", buf) if i < 0 else (buf[: i + 1], buf[i + 1:])
-
-
-def parse_chunk(parser: NodeLogParser, data: bytes, now: float) -> list[Event]:
-    """Every line of ``data``, as ``parser.feed`` makes its events.
-
-    A flood is almost all plain rank lines: those are made here, the torchrun prefix of each
-    rank looked up once instead of matched and converted per line (1.3x the lines per CPU
-    second, bench/ingest.py); any other line goes through ``feed``.
-    """
-    out: list[Event] = []
-    append, extend, feed, node = out.append, out.extend, parser.feed, parser.node
-    for line in data.decode("utf-8", "replace").split("\n"):
-        if not line:
-            continue
-        end = line.find("] ", 8) if line.startswith("[ddptui ") else -1
-        ids = _rank_ids(line[:end + 2]) if end > 0 else None
-        if ids is not None:
-            text = line[end + 2:]
-            if text.endswith("\r"):
-                text = text.rstrip("\r\n")
-            if "NCCL" not in text and not text.startswith(METRIC_MARK):
-                append(LogLine(node, text, now, Source.WORKER, classify_level(text), ids[0],
-                               ids[1], parser.attempt))
-                continue
-        extend(feed(line, now))
-    return out
-
-
-_RANK_IDS: dict[str, tuple[int, int] | None] = {}
-
-
-def _rank_ids(prefix: str) -> tuple[int, int] | None:
-    """(rank, local rank) of a ``[ddptui R L] `` prefix (events.PREFIX_TEMPLATE), or None."""
-    ids = _RANK_IDS.get(prefix, False)
-    if ids is False:
-        rank, space, local = prefix[8:-2].partition(" ")
-        ok = space and rank.isdecimal() and local.isdecimal()  # what the parser's \d+ takes
-        ids = (int(rank), int(local)) if ok else None
-        if len(_RANK_IDS) < 65536:
-            _RANK_IDS[prefix] = ids
-    return ids
 
 
 def replay_raw_logs(store: Store, run_dir: Path, nodes: list[str]) -> dict[str, NodeLogParser]:

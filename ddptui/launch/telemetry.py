@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ddptui.events import Level
-from ddptui.launch.follow import split_complete
+from ddptui.ingest import split_complete
 from ddptui.launch.reach import map_at_once
 from ddptui.store import rundir
 from ddptui.telemetry import sampler

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ddptui.config.model import HealthConfig
 from ddptui.events import Stall
-from ddptui.store.store import RankView
+from ddptui.store.views import RankView
 
 DEFAULTS = HealthConfig()
 

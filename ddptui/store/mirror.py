@@ -13,7 +13,7 @@ import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from ddptui.events import (
     METRIC_MARK,
@@ -80,21 +80,14 @@ def _records_by_file(events: Iterable[Event]) -> dict[str, list[str]]:
     per_file: dict[str, list[str]] = {}
     shown = per_file.setdefault(rundir.ALL_LINES, [])  # the all-ranks view, for its scrollback
     by_rank: dict[int, list[str]] = {}
+    run: list[LogLine] = []  # rank lines in a row: nearly every event of a flood
     for ev in events:
         if type(ev) is LogLine and ev.rank is not None:
-            # Nearly every event of a flood: what the general case below does, without its
-            # calls (in_all_view, all_view_text, rank_log_name) per line.
-            text = ev.text
-            if text.startswith(METRIC_MARK):
-                shown.append(all_view_text(ev))
-            elif ev.level is not Level.DEBUG:
-                shown.append(f"[{ev.rank}] {text}")
-            ranked = by_rank.get(ev.rank)
-            if ranked is None:
-                ranked = by_rank[ev.rank] = per_file.setdefault(
-                    rundir.rank_log_name(ev.rank), [])
-            ranked.append(text)
+            run.append(ev)
             continue
+        if run:
+            _rank_lines(run, shown, by_rank, per_file)
+            run.clear()
         line = ev.as_line() if isinstance(ev, Metric) else ev
         if isinstance(line, LogLine):
             if in_all_view(line):
@@ -109,9 +102,29 @@ def _records_by_file(events: Iterable[Event]) -> dict[str, list[str]]:
             per_file.setdefault(rundir.METRICS, []).append(json.dumps(rec))
         elif not isinstance(ev, LogLine):
             per_file.setdefault(rundir.EVENTS, []).append(json.dumps(event_record(ev)))
+    if run:
+        _rank_lines(run, shown, by_rank, per_file)
     if not shown:
         del per_file[rundir.ALL_LINES]
     return per_file
+
+
+def _rank_lines(run: list[LogLine], shown: list[str], by_rank: dict[int, list[str]],
+                per_file: dict[str, list[str]]) -> None:
+    """What the general case does for each rank line, a run at a time (its calls per line,
+    in_all_view, all_view_text, rank_log_name, cost more than the lines' own writing)."""
+    ranks = cast(list[int], [ev.rank for ev in run])  # rank lines: none is None
+    texts = [ev.text for ev in run]
+    if any(ev.level is Level.DEBUG for ev in run) or any(
+            t.startswith(METRIC_MARK) for t in texts):
+        shown.extend(all_view_text(ev) for ev in run if in_all_view(ev))
+    else:
+        shown.extend(map("[{}] {}".format, ranks, texts))
+    for rank, text in zip(ranks, texts, strict=True):
+        ranked = by_rank.get(rank)
+        if ranked is None:
+            ranked = by_rank[rank] = per_file.setdefault(rundir.rank_log_name(rank), [])
+        ranked.append(text)
 
 
 def recover_to_checkpoint(run_dir: Path) -> dict[str, int]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,72 +22,16 @@ from ddptui.events import (
     LogLine,
     Metric,
     NodeState,
-    NodeStatus,
-    RunStatus,
     Stall,
 )
 from ddptui.store import rundir
 from ddptui.store.mirror import Mirror, recover_to_checkpoint
 from ddptui.store.telemetry import NodeTelemetry
+from ddptui.store.views import NodeView, RankView, RunInfo, Series, copy_node, tail
 from ddptui.telemetry.sample import NodeSample
 
 #: A change as a replica applies it: ("apply", events), ("run", changes), ("node", name, rank).
 Change = tuple[Any, ...]
-
-
-@dataclass
-class NodeView:
-    name: str
-    node_rank: int
-    status: NodeStatus = NodeStatus.PENDING
-    detail: str = ""
-    pid: int | None = None
-    exit_code: int | None = None
-    attempt: int = 0
-    ranks: set[int] = field(default_factory=set)
-    lines: int = 0
-    last_line_time: float | None = None
-    since: float | None = None
-
-
-@dataclass
-class RankView:
-    rank: int
-    node: str
-    local_rank: int | None = None
-    lines: int = 0
-    last_line_time: float | None = None
-    last_step: int | None = None
-    last_step_time: float | None = None  # wall clock of the last metric with a step
-    step_time_s: float | None = None
-    samples_per_s: float | None = None
-    loss: float | None = None
-    attempt: int = 0
-
-
-@dataclass
-class RunInfo:
-    """The run as a whole, for the header: set by the controller, not derived from lines."""
-
-    run_id: str = ""
-    status: RunStatus = RunStatus.IDLE
-    started_at: float | None = None
-    ended_at: float | None = None
-    exit_code: int | None = None
-    world_size: int | None = None
-    message: str = ""
-
-
-@dataclass
-class Series:
-    """One metric of one rank: parallel step/value columns, bounded."""
-
-    steps: deque[int]
-    values: deque[float]
-
-    @classmethod
-    def empty(cls, maxlen: int) -> Series:
-        return cls(deque(maxlen=maxlen), deque(maxlen=maxlen))
 
 
 class Store:
@@ -154,12 +97,18 @@ class Store:
         """
         with self._write_lock:
             with self._lock:
-                apply_line, apply_one = self._apply_line, self._apply_one
+                run: list[LogLine] = []  # lines in a row: nearly every event, taken together
+                add, apply_one = run.append, self._apply_one
                 for ev in events:
-                    if type(ev) is LogLine:  # nearly every event: the short way
-                        apply_line(ev)
-                    else:
-                        apply_one(ev)
+                    if type(ev) is LogLine:
+                        add(ev)
+                        continue
+                    if run:
+                        self._apply_lines(run)
+                        run.clear()
+                    apply_one(ev)
+                if run:
+                    self._apply_lines(run)
                 self.version += 1
             if self._mirror is not None and mirror:
                 self._mirror.write(self.telemetry.take_out(events), raw_done or {})
@@ -184,7 +133,7 @@ class Store:
                 "lines": list(self._lines),
                 "rank_lines": {r: list(ring) for r, ring in self._rank_lines.items()},
                 "series": {k: (list(s.steps), list(s.values)) for k, s in self._series.items()},
-                "nodes": [_copy_node(n) for n in self.nodes.values()],
+                "nodes": [copy_node(n) for n in self.nodes.values()],
                 "ranks": [RankView(**vars(r)) for r in self.ranks.values()],
                 "failures": list(self.failures),
                 "stalls": list(self.stalls),
@@ -217,6 +166,45 @@ class Store:
         s.telemetry.restore(snapshot.get("telemetry"))
         s.version = 1
         return s
+
+    def _apply_lines(self, run: list[LogLine]) -> None:
+        """What :meth:`_apply_line` does to each, per (node, rank) instead of per line: the
+        readers see none of it before the lock is let go, so only the end state counts."""
+        groups: dict[tuple[str, int | None], list[LogLine]] = {}
+        for ev in run:
+            key = (ev.node, ev.rank)
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = []
+            group.append(ev)
+        if len({rank for _, rank in groups}) < len(groups):
+            # a rank on two nodes in one run (an elastic restart moved it): line by line, so
+            # that it ends on the node of its last line
+            for ev in run:
+                self._apply_line(ev)
+            return
+        self._seq += len(run)
+        self._lines.extend(run)
+        last_time = {run[-1].node: run[-1].time} if len(groups) == 1 else {
+            ev.node: ev.time for ev in run}
+        for (name, rank), group in groups.items():
+            node = self.nodes.get(name)
+            if node is not None:
+                node.lines += len(group)
+                node.last_line_time = last_time[name]
+            if rank is None:
+                continue
+            ring = self._rank_lines.get(rank)
+            if ring is None:
+                ring = self._rank_lines[rank] = deque(maxlen=self._rank_lines_max)
+            ring.extend(group)
+            rv = self.ranks.get(rank)
+            if rv is None or rv.node != name or (node is not None and rank not in node.ranks):
+                rv = self._rank(rank, name, group[0].local_rank)
+            last = group[-1]
+            rv.lines += len(group)
+            rv.last_line_time = last.time
+            rv.attempt = last.attempt
 
     def _apply_line(self, ev: LogLine) -> None:
         self._seq += 1
@@ -327,13 +315,13 @@ class Store:
     def recent_lines(self, n: int | None = None) -> list[LogLine]:
         """The newest ``n`` lines of the all-ranks ring (all of it when ``n`` is None)."""
         with self._lock:
-            return _tail(self._lines, n)
+            return tail(self._lines, n)
 
     def rank_tail(self, rank: int, n: int | None = None) -> list[LogLine]:
         """The newest ``n`` lines of one rank's ring (all of it when ``n`` is None)."""
         with self._lock:
             ring = self._rank_lines.get(rank)
-            return [] if ring is None else _tail(ring, n)
+            return [] if ring is None else tail(ring, n)
 
     def series(self, rank: int, name: str) -> tuple[list[int], list[float]]:
         with self._lock:
@@ -346,7 +334,7 @@ class Store:
 
     def node_views(self) -> list[NodeView]:
         with self._lock:
-            return sorted((_copy_node(n) for n in self.nodes.values()), key=lambda n: n.node_rank)
+            return sorted((copy_node(n) for n in self.nodes.values()), key=lambda n: n.node_rank)
 
     def rank_views(self) -> list[RankView]:
         with self._lock:
@@ -382,17 +370,3 @@ class Store:
 
     #: Kept on the store, where attach and the tests look for it.
     recover = staticmethod(recover_to_checkpoint)
-
-
-def _copy_node(n: NodeView) -> NodeView:
-    c = NodeView(**vars(n))
-    c.ranks = set(n.ranks)
-    return c
-
-
-def _tail(ring: deque[LogLine], n: int | None) -> list[LogLine]:
-    """Indexing from the end: a deque cannot be sliced, and copying it all to slice a list
-    would cost the whole ring for a screenful."""
-    if n is None or n >= len(ring):
-        return list(ring)
-    return [ring[i] for i in range(len(ring) - n, len(ring))]

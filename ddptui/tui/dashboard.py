@@ -24,7 +24,8 @@ from ddptui.chart.rows import store_chart
 from ddptui.engine.client import EngineError
 from ddptui.events import Failure, NodeStatus
 from ddptui.store.health import assess
-from ddptui.store.store import NodeView, RunInfo, Store
+from ddptui.store.store import Store
+from ddptui.store.views import NodeView, RunInfo
 from ddptui.tui import telemetry_cells
 from ddptui.tui.node_rows import Row, build_rows, columns
 from ddptui.tui.notices import (

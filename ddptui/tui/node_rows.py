@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ddptui.chart.downsample import sparkline
 from ddptui.events import NodeStatus
 from ddptui.store.health import RankHealth
-from ddptui.store.store import NodeView, RankView
+from ddptui.store.views import NodeView, RankView
 from ddptui.tui import telemetry_cells
 from ddptui.tui.telemetry_cells import TelemetryCells
 

@@ -15,7 +15,7 @@ from ddptui.diagnose.signatures import own_cause
 from ddptui.events import Failure, NodeStatus, Stall
 from ddptui.launch.outcome import RunResult, StopReport
 from ddptui.store.health import stall_texts
-from ddptui.store.store import NodeView
+from ddptui.store.views import NodeView
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ddptui.chart.downsample import sparkline
 from ddptui.events import NodeStatus
-from ddptui.store.store import NodeView, RankView
+from ddptui.store.views import NodeView, RankView
 from ddptui.telemetry import alerts
 from ddptui.telemetry.sample import NodeSample
 from ddptui.telemetry.text import size

@@ -7,7 +7,7 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from ddptui.events import RunStatus
-from ddptui.store.store import RunInfo
+from ddptui.store.views import RunInfo
 from ddptui.tui.state import Busy
 
 #: How a state is drawn; any other (attaching, unknown, a node's "restarting #2") is bold.

@@ -1,0 +1,82 @@
+"""A node log's bytes, a read at a time, into events: the controller's hottest loop.
+
+A flood is almost nothing but rank lines (``[ddptui R L] text``): a read of one is cut into
+lines and their rank prefixes by one regular expression in C, and its level settled for the
+whole read when no line in it could be a warning or an error. A read holding anything else
+(an agent line, an empty line, a carriage return) goes line by line through the parser.
+Both ways make exactly the events :meth:`ddptui.events.NodeLogParser.feed` makes, line by
+line (``tests/test_ingest.py``). Pure: no I/O, no clock of its own.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ddptui.events import (
+    METRIC_MARK,
+    Event,
+    Level,
+    LogLine,
+    NodeLogParser,
+    Source,
+    classify_level,
+)
+
+#: A rank line whole, as torchrun prefixes it (events.PREFIX_TEMPLATE): its ids, its text.
+_RANK_LINE_RE = re.compile(r"^\[ddptui (\d+ \d+)\] ([^\n]*)$", re.M)
+#: What ``classify_level`` looks for before it runs a regular expression: a read without any
+#: of these (and without a glog-stamped line) is INFO throughout.
+_LEVEL_HINTS = ("Error", "Exception", "Traceback", "FAILED", "arn", "WARN")
+#: A glog-stamped rank line (``classify_level``'s first test), found by its ``"] "``: the
+#: search runs in C from one to the next, where a ``^`` anchor would try every character.
+_GLOG_LINE_RE = re.compile(r"\] [IWEF]\d{4} ")
+_IDS: dict[str, tuple[int, int]] = {}
+
+
+def split_complete(buf: bytes) -> tuple[bytes, bytes]:
+    """(whole lines, remainder) of a buffer."""
+    i = buf.rfind(b"\n")
+    return (b"", buf) if i < 0 else (buf[: i + 1], buf[i + 1:])
+
+
+def parse_chunk(parser: NodeLogParser, data: bytes, now: float) -> list[Event]:
+    """Every line of ``data``, as ``parser.feed`` makes its events, in order."""
+    text = data.decode("utf-8", "replace")
+    found = _RANK_LINE_RE.findall(text) if text.startswith("[ddptui ") else []
+    lines = text.count("\n") + (not text.endswith("\n"))
+    if not found or len(found) != lines or "\r" in text:
+        # Lines other than rank lines (or empty ones): torchrun's agent is speaking, which
+        # it does a few times a run; the parser takes each line in turn.
+        out: list[Event] = []
+        extend, feed = out.extend, parser.feed
+        for line in text.split("\n"):
+            if line:
+                extend(feed(line, now))
+        return out
+    return _rank_lines(parser, text, found, now)
+
+
+def _rank_lines(parser: NodeLogParser, text: str, found: list[tuple[str, str]],
+                now: float) -> list[Event]:
+    """Events of a read that holds only rank lines (the flood's case)."""
+    node, attempt = parser.node, parser.attempt  # only agent lines move the attempt
+    uniform = not any(h in text for h in _LEVEL_HINTS) and not _GLOG_LINE_RE.search(text)
+    special = "NCCL" in text or METRIC_MARK in text
+    out: list[Event] = []
+    append, worker, ids_of, info = out.append, Source.WORKER, _IDS.get, Level.INFO
+    for ids_text, line in found:
+        ids = ids_of(ids_text) or _ids(ids_text)
+        if special and (line.startswith(METRIC_MARK) or "NCCL" in line):
+            out.extend(parser.worker_line(line, ids[0], ids[1], now))
+        else:
+            append(LogLine(node, line, now, worker, info if uniform else classify_level(line),
+                           ids[0], ids[1], attempt))
+    return out
+
+
+def _ids(ids_text: str) -> tuple[int, int]:
+    rank, _, local = ids_text.partition(" ")
+    ids = (int(rank), int(local))
+    if len(_IDS) < 65536:
+        _IDS[ids_text] = ids
+    return ids

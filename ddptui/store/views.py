@@ -1,0 +1,78 @@
+"""What a face reads of the run, as the store keeps it: plain records, copied out under the
+store's lock so that a reader never sees one half changed."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from ddptui.events import LogLine, NodeStatus, RunStatus
+
+
+@dataclass
+class NodeView:
+    name: str
+    node_rank: int
+    status: NodeStatus = NodeStatus.PENDING
+    detail: str = ""
+    pid: int | None = None
+    exit_code: int | None = None
+    attempt: int = 0
+    ranks: set[int] = field(default_factory=set)
+    lines: int = 0
+    last_line_time: float | None = None
+    since: float | None = None
+
+
+@dataclass
+class RankView:
+    rank: int
+    node: str
+    local_rank: int | None = None
+    lines: int = 0
+    last_line_time: float | None = None
+    last_step: int | None = None
+    last_step_time: float | None = None  # wall clock of the last metric with a step
+    step_time_s: float | None = None
+    samples_per_s: float | None = None
+    loss: float | None = None
+    attempt: int = 0
+
+
+@dataclass
+class RunInfo:
+    """The run as a whole, for the header: set by the controller, not derived from lines."""
+
+    run_id: str = ""
+    status: RunStatus = RunStatus.IDLE
+    started_at: float | None = None
+    ended_at: float | None = None
+    exit_code: int | None = None
+    world_size: int | None = None
+    message: str = ""
+
+
+@dataclass
+class Series:
+    """One metric of one rank: parallel step/value columns, bounded."""
+
+    steps: deque[int]
+    values: deque[float]
+
+    @classmethod
+    def empty(cls, maxlen: int) -> Series:
+        return cls(deque(maxlen=maxlen), deque(maxlen=maxlen))
+
+
+def copy_node(n: NodeView) -> NodeView:
+    c = NodeView(**vars(n))
+    c.ranks = set(n.ranks)
+    return c
+
+
+def tail(ring: deque[LogLine], n: int | None) -> list[LogLine]:
+    """Indexing from the end: a deque cannot be sliced, and copying it all to slice a list
+    would cost the whole ring for a screenful."""
+    if n is None or n >= len(ring):
+        return list(ring)
+    return [ring[i] for i in range(len(ring) - n, len(ring))]

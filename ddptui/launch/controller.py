@@ -297,6 +297,9 @@ class Controller:
         if parsed.killed:
             self._publish_note(name, f"{len(parsed.killed)} process(es) ignored SIGTERM for "
                                      f"{grace:g} s and were killed", Level.WARNING)
+        follower = self._followers.get(name)
+        if follower is not None and not parsed.leftover:
+            follower.gone.set()
         return parsed.leftover
 
     def stop(self, grace: float | None = None) -> StopReport:

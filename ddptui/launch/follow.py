@@ -125,6 +125,10 @@ class NodeFollower(threading.Thread):
         self.poll = poll
         self.masker = masker or Masker()  # secret env values, masked before anything keeps a line
         self.halt = threading.Event()  # detach: stop following, leave the job alone
+        #: The stop program saw none of the run's processes left here: what is in the log
+        #: is all there will be. Without it the end shows at the next liveness check, which
+        #: a group of unreaped zombies still passes.
+        self.gone = threading.Event()
         self.last_heard = time.monotonic()  # the node's last answer (read by the watch)
         self.trouble = ""  # why the node does not answer now; "" while it does
         self._end_lock = threading.Lock()
@@ -248,10 +252,10 @@ class NodeFollower(threading.Thread):
                 if got:
                     continue
                 now = time.monotonic()
-                if now >= next_check:
+                if now >= next_check or self.gone.is_set():
                     next_check = now + 0.5
                     code = self._exit_code()
-                    if code is not None:
+                    if code is not None or self.gone.is_set():
                         self._drain(raw)
                         self._finish(code)
                         return

@@ -91,6 +91,7 @@ def procs():
 
 STOP_SRC = PROCS_SRC + r"""
 import json, signal, sys, time
+AGENT_WAIT = 0.3
 marker = sys.argv[1].encode()
 grace = float(sys.argv[2])
 pgid = int(sys.argv[3])
@@ -118,28 +119,43 @@ def signal_all(pids, sig):
         except OSError:
             pass
 
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] != b"Z"
+
 first = members()
 signal_all(first, signal.SIGTERM)
 deadline = time.monotonic() + grace
-left = members()
-while left and time.monotonic() < deadline:
+left = dict(first)
+while time.monotonic() < deadline:
+    # Watch the ones found (a read of their stat each); scan /proc again, which costs a read
+    # of every process on the node, only once they are gone, for any started meanwhile.
+    left = {p: rank for p, rank in left.items() if alive(p)}
+    if not left:
+        left = members()
+        if not left:
+            break
+        signal_all(left, signal.SIGTERM)
     if not any(left.values()):
         # every rank is gone: torchrun's agent has nothing left to wait for but its peers'
-        # rendezvous, which are being stopped too; a second, then it goes like the rest
-        deadline = min(deadline, time.monotonic() + 1.0)
-        while left and time.monotonic() < deadline:
-            time.sleep(0.05)
-            left = members()
-        break
-    time.sleep(0.1)
-    left = members()
+        # rendezvous, which are being stopped too; a moment, then it goes like the rest
+        deadline = min(deadline, time.monotonic() + AGENT_WAIT)
+    time.sleep(0.05)
+left = members() if left else left
 killed = sorted(p for p, rank in left.items() if rank)  # ranks that ignored SIGTERM
 if left:
     signal_all(left, signal.SIGKILL)
     end = time.monotonic() + 5
     while left and time.monotonic() < end:
         time.sleep(0.05)
-        left = members()
+        left = {p: rank for p, rank in left.items() if alive(p)}
+        if not left:
+            left = members()
+            signal_all(left, signal.SIGKILL)
 print(json.dumps({"found": sorted(first), "killed": killed, "leftover": sorted(left)}))
 """
 
@@ -166,7 +182,7 @@ def probe_cmd(python: str) -> str:
 def stop_cmd(python: str, run_id: str, node_rank: int, grace: float, pgid: int | None,
              node_dir: str) -> str:
     return python_cmd(python, STOP_SRC, marker(run_id, node_rank), f"{grace:g}", str(pgid or 0),
-                      rundir.in_node_dir(node_dir, rundir.STOP_REQUESTED))
+                      rundir.in_node_dir(node_dir, rundir.STOP_REQUESTED), no_site=True)
 
 
 def sync_cmd(python: str, code_root: str, digest: str) -> str:

@@ -91,7 +91,10 @@ def procs():
 
 STOP_SRC = PROCS_SRC + r"""
 import json, signal, sys, time
-AGENT_WAIT = 0.3
+# After its ranks are gone torchrun's agent only tears itself down (rendezvous, store, its
+# own interpreter): seconds of CPU when sixteen do it on shared cores (bench/stop.py), and
+# nothing of the user's to save. A tenth of a second, then SIGKILL.
+AGENT_WAIT = 0.1
 marker = sys.argv[1].encode()
 grace = float(sys.argv[2])
 pgid = int(sys.argv[3])
@@ -142,7 +145,7 @@ while time.monotonic() < deadline:
         signal_all(left, signal.SIGTERM)
     if not any(left.values()):
         # every rank is gone: torchrun's agent has nothing left to wait for but its peers'
-        # rendezvous, which are being stopped too; a moment, then it goes like the rest
+        # rendezvous, which are being stopped too
         deadline = min(deadline, time.monotonic() + AGENT_WAIT)
     time.sleep(0.05)
 left = members() if left else left

@@ -14,7 +14,13 @@ the store and the per-rank logs. Figures, same run:
 * ddptui's delivery rate: lines / time from the first line written to the last line in the
   store (and so in ``ranks/rank<N>.log``);
 * ``ssh host cat node.log``, the same bytes through OpenSSH, one per node, all at once: the
-  limit of the SSH path on this machine (target: ddptui >= 0.5x per node).
+  limit of the SSH path on this machine (target: ddptui >= 0.5x per node);
+* torchrun's tee: when the nodes' ``node.log`` held every line. Nothing that reads
+  torchrun's prefixed output live can be faster, so ddptui/tee says how much of the live
+  figure is ddptui's;
+* ``ddptui attach`` of the finished run from a state dir holding only its ``run.json``: the
+  whole pipeline (SSH reads, parsing, store, mirror) on the same bytes as ``ssh cat``, with no
+  tee ahead of it; the rank logs it writes must equal the live run's, byte for byte.
 
 Every rank log is then read back: each rank's numbers in order, none lost, none twice.
 
@@ -137,9 +143,31 @@ def flood(c: Cluster, n: int, lines: int, work: Path) -> dict[str, float]:
         time.sleep(0.05)
     check_rank_logs(ctl.local_dir, n, lines)
     cat = ssh_cat(c, hosts, [ctl.local_dir / rundir.node_log(Path("."), h.name) for h in hosts])
+    caught = catch_up(ctl.run_id, ctl.local_dir, work / "attach")
     total = n * lines
     return {"write": total / (end - start), "tee": total / (teed[0] - start),
-            "ddptui": total / (counter.last - start), "cat": total / cat}
+            "ddptui": total / (counter.last - start), "cat": total / cat,
+            "attach": total / caught}
+
+
+def catch_up(run_id: str, run_dir: Path, root: Path) -> float:
+    """Seconds for ``ddptui attach`` to take in the whole finished run from nothing local
+    (what a laptop that slept through a run does): a fresh state dir holding only the run's
+    ``run.json``, every node's log read from its start over SSH, parsed, stored and mirrored,
+    to the run's end. The same bytes as ``ssh cat``, and no torchrun tee ahead of it."""
+    fresh = rundir.run_dir(root, run_id)
+    fresh.mkdir(parents=True)
+    shutil.copy(run_dir / rundir.RUN_JSON, fresh / rundir.RUN_JSON)
+    t0 = time.perf_counter()
+    ctl = Controller.attach(run_id, state_root=root)
+    if ctl.wait(TIMEOUT_S) is None:
+        raise RuntimeError("attach did not take in the finished run")
+    took = time.perf_counter() - t0
+    for r in range(len(list((run_dir / rundir.RANKS).iterdir()))):
+        name = rundir.rank_log_name(r)
+        if (fresh / name).read_bytes() != (run_dir / name).read_bytes():
+            raise RuntimeError(f"attach's {name} differs from the live run's")
+    return took
 
 
 def tee_watch(ctl: Controller, n: int, lines: int) -> list[float]:
@@ -240,14 +268,15 @@ def main() -> int:
         for n in opts.sizes:
             rows = [flood(c, n, opts.lines, work / f"flood-{n}-{r}") for r in range(opts.rounds)]
             got = {k: median([row[k] for row in rows]) for k in rows[0]}
-            ok &= got["ddptui"] >= 0.5 * got["cat"]
+            ok &= got["ddptui"] >= 0.5 * got["cat"] and got["attach"] >= 0.5 * got["cat"]
             print(f"{n:2d} hosts x {opts.lines} lines: ranks wrote {got['write']:,.0f} lines/s, "
-                  f"ddptui delivered {got['ddptui']:,.0f} lines/s "
-                  f"({got['ddptui'] / n:,.0f} per node), torchrun's tee into node.log "
-                  f"{got['tee']:,.0f} lines/s, ssh cat {got['cat']:,.0f} lines/s; "
-                  f"ddptui/ssh-cat {got['ddptui'] / got['cat']:.2f} (target >= 0.5), "
-                  f"ddptui/write {got['ddptui'] / got['write']:.2f}; none lost or repeated",
-                  flush=True)
+                  f"torchrun's tee into node.log {got['tee']:,.0f} lines/s, ddptui delivered "
+                  f"{got['ddptui']:,.0f} lines/s ({got['ddptui'] / n:,.0f} per node), "
+                  f"ssh cat {got['cat']:,.0f} lines/s, attach caught up at "
+                  f"{got['attach']:,.0f} lines/s; live: ddptui/ssh-cat "
+                  f"{got['ddptui'] / got['cat']:.2f} (target >= 0.5), ddptui/tee "
+                  f"{got['ddptui'] / got['tee']:.2f}; catching up: attach/ssh-cat "
+                  f"{got['attach'] / got['cat']:.2f}; none lost or repeated", flush=True)
         n = max(opts.sizes)
         lat, _, torn = paced(c, n, opts.rate, opts.latency_secs, work / "latency")
         p95 = pct(lat, 0.95)

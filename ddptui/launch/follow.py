@@ -45,6 +45,9 @@ from ddptui.transport.base import Transport, TransportError
 CHUNK = 4 << 20
 
 
+#: Seconds between reads until the node's ranks have printed a line.
+FIRST_POLL = 0.05
+
 #: The collector's thresholds while lines are followed. Every line is a few objects that
 #: live until the store's rings let them go, none in a cycle; at Python's default (a young
 #: collection every 700 allocations) the collector cost a fifth of a flood's delivery rate
@@ -136,6 +139,7 @@ class NodeFollower(threading.Thread):
         self.offset = raw_path.stat().st_size if raw_path.exists() else 0
         self._buf = b""
         self._status = NodeStatus.RUNNING
+        self._ranks_spoke = False
 
     def _remote(self, name: str) -> str:
         return rundir.in_node_dir(self.node_dir, name)
@@ -204,6 +208,9 @@ class NodeFollower(threading.Thread):
             for e in events:
                 if isinstance(e, NodeState):
                     self._status = e.status
+            if not self._ranks_spoke:
+                self._ranks_spoke = any(type(e) is LogLine and e.rank is not None
+                                        for e in events)
             self._emit(events)
         return True
 
@@ -277,7 +284,10 @@ class NodeFollower(threading.Thread):
                 with contextlib.suppress(TransportError, OSError, EOFError):
                     self.transport = self.reconnect()
                 continue
-            self.halt.wait(self.poll)
+            # Until a rank's first line, look more often: it is the line a person waits for
+            # (bench/launch.py's "first lines"); a read that finds nothing new is one small
+            # request.
+            self.halt.wait(self.poll if self._ranks_spoke else min(self.poll, FIRST_POLL))
 
     def _stop_requested(self) -> bool:
         try:

@@ -1,9 +1,10 @@
 """A node log's bytes, a read at a time, into events: the controller's hottest loop.
 
-A flood is almost nothing but rank lines (``[ddptui R L] text``): a read of one is cut into
-lines and their rank prefixes by one regular expression in C, and its level settled for the
-whole read when no line in it could be a warning or an error. A read holding anything else
-(an agent line, an empty line, a carriage return) goes line by line through the parser.
+A flood is almost nothing but rank lines (``[ddptui R L] text``): a read of them is cut into
+lines and their rank prefixes by one regular expression in C, and their level settled for
+the whole read when no line in it could be a warning or an error. Anything else (an agent
+line, an empty line, a carriage return) goes line by line through the parser, and the runs
+of rank lines between such lines in bulk again.
 Both ways make exactly the events :meth:`ddptui.events.NodeLogParser.feed` makes, line by
 line (``tests/test_ingest.py``). Pure: no I/O, no clock of its own.
 """
@@ -43,17 +44,35 @@ def parse_chunk(parser: NodeLogParser, data: bytes, now: float) -> list[Event]:
     """Every line of ``data``, as ``parser.feed`` makes its events, in order."""
     text = data.decode("utf-8", "replace")
     found = _RANK_LINE_RE.findall(text) if text.startswith("[ddptui ") else []
-    lines = text.count("\n") + (not text.endswith("\n"))
-    if not found or len(found) != lines or "\r" in text:
-        # Lines other than rank lines (or empty ones): torchrun's agent is speaking, which
-        # it does a few times a run; the parser takes each line in turn.
-        out: list[Event] = []
-        extend, feed = out.extend, parser.feed
-        for line in text.split("\n"):
-            if line:
-                extend(feed(line, now))
-        return out
-    return _rank_lines(parser, text, found, now)
+    if found and len(found) == text.count("\n") + (not text.endswith("\n")) \
+            and "\r" not in text:
+        return _rank_lines(parser, text, found, now)
+    # Other lines too (torchrun's agent speaks a few times a run, and a read that catches up
+    # on a log holds them): those go through the parser one by one, the runs of rank lines
+    # between them still in bulk.
+    out: list[Event] = []
+    run: list[str] = []
+    for line in text.split("\n"):
+        if line.startswith("[ddptui ") and "\r" not in line:
+            run.append(line)
+            continue
+        if run:
+            out.extend(_run(parser, run, now))
+            run = []
+        if line:
+            out.extend(parser.feed(line, now))
+    if run:
+        out.extend(_run(parser, run, now))
+    return out
+
+
+def _run(parser: NodeLogParser, lines: list[str], now: float) -> list[Event]:
+    """Lines that start like rank lines: in bulk when every one is (``[ddptui x 1]`` is not)."""
+    text = "\n".join(lines)
+    found = _RANK_LINE_RE.findall(text)
+    if len(found) == len(lines):
+        return _rank_lines(parser, text, found, now)
+    return [e for line in lines for e in parser.feed(line, now)]
 
 
 def _rank_lines(parser: NodeLogParser, text: str, found: list[tuple[str, str]],

@@ -1,9 +1,10 @@
-"""A command with a stream in and a stream out, on its own channel of the node's connection.
+"""A command on its own channel of the node's connection: output read as it comes, and
+optionally a stream in.
 
-Kept apart from :mod:`ddptui.transport.ssh.transport` (which keeps the handshake and the
-plain calls): this is the one place that writes to a remote stdin. It drains the output
-between the chunks it sends, so a command that talks while it reads cannot fill its window
-and stall both ends.
+Kept apart from :mod:`ddptui.transport.ssh.transport` (which keeps the handshake): every
+command ddptui runs over SSH goes through here, and this is the one place that writes to a
+remote stdin. It drains the output between the chunks it sends, so a command that talks
+while it reads cannot fill its window and stall both ends.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ def run_stream(t: paramiko.Transport, node: str, address: str, command: str, tim
         chan = t.open_session(window_size=WINDOW, max_packet_size=PACKET, timeout=timeout)
     except (paramiko.SSHException, EOFError, OSError) as exc:
         raise TransportError(node, f"{node} ({address}): could not open a channel for a "
-                                   f"command ({exc or type(exc).__name__}).") from exc
+                                   f"command ({exc or type(exc).__name__}); the server may "
+                                   "limit sessions (MaxSessions).") from exc
     out, err = bytearray(), bytearray()
 
     def drain() -> bool:
@@ -84,7 +86,7 @@ def run_stream(t: paramiko.Transport, node: str, address: str, command: str, tim
         code = chan.recv_exit_status() if chan.exit_status_ready() else -1
     except TransportError:
         raise
-    except (paramiko.SSHException, EOFError) as exc:
+    except (paramiko.SSHException, EOFError, OSError) as exc:
         raise TransportError(node, f"{node} ({address}): the connection broke while running "
                                    f"a command: {exc or type(exc).__name__}") from exc
     finally:

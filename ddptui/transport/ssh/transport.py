@@ -18,11 +18,8 @@ import contextlib
 import errno
 import logging
 import os
-import select
-import shlex
 import socket
 import threading
-import time
 from collections.abc import Iterable, Iterator
 
 import paramiko
@@ -215,63 +212,7 @@ class SSHTransport:
 
     def run(self, command: str, timeout: float) -> CommandResult:
         """``sh -c command`` on its own exec channel; stdout and stderr read as they come."""
-        t = self._active()
-        deadline = time.monotonic() + timeout
-        try:
-            chan = t.open_session(timeout=timeout)
-        except (paramiko.SSHException, EOFError, OSError) as exc:
-            raise TransportError(
-                self.node,
-                f"{self.node} ({self.address}): could not open a channel for a command "
-                f"({exc or type(exc).__name__}); the server may limit sessions (MaxSessions).",
-            ) from exc
-        try:
-            chan.exec_command(f"sh -c {shlex.quote(command)}")
-            out, err = bytearray(), bytearray()
-            while True:
-                got = False
-                while chan.recv_ready():
-                    out += chan.recv(65536)
-                    got = True
-                while chan.recv_stderr_ready():
-                    err += chan.recv_stderr(65536)
-                    got = True
-                if got:
-                    continue
-                if chan.closed or (chan.eof_received and chan.exit_status_ready()):
-                    break
-                if not t.is_active():
-                    raise TransportError(
-                        self.node,
-                        f"{self.node} ({self.address}): the SSH connection was lost while "
-                        f"running a command: {command[:200]}",
-                    )
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TransportError(
-                        self.node,
-                        f"{self.node} ({self.address}): command timed out after {timeout:g}s "
-                        f"(it may still be running there): {command[:200]}",
-                    )
-                if chan.eof_received:
-                    # Output is over; the exit status sets status_event, the pipe stays set.
-                    chan.status_event.wait(min(left, 0.5))
-                else:
-                    select.select([chan], [], [], min(left, 0.5))
-            code = chan.recv_exit_status() if chan.exit_status_ready() else -1
-        except TransportError:
-            raise
-        except (paramiko.SSHException, EOFError, OSError) as exc:
-            raise TransportError(
-                self.node,
-                f"{self.node} ({self.address}): the connection broke while running a command: "
-                f"{exc or type(exc).__name__}",
-            ) from exc
-        finally:
-            chan.close()
-        return CommandResult(
-            code, out.decode("utf-8", errors="replace"), err.decode("utf-8", errors="replace")
-        )
+        return run_stream(self._active(), self.node, self.address, command, timeout, None, None)
 
     def run_stream(self, command: str, timeout: float, *, stdin: Iterable[bytes] | None = None,
                    on_output: OnOutput | None = None) -> CommandResult:

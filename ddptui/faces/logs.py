@@ -9,7 +9,7 @@ from typing import TextIO
 
 from ddptui.events import LogLine, Metric, NodeLogParser
 from ddptui.store import rundir
-from ddptui.store.runs import NODE_FILES_REMOVED, RunSummary, read_run, state_root
+from ddptui.store.runs import NODE_FILES_REMOVED, RunSummary, no_run, read_run, state_root
 
 
 def _age(t: float | None) -> str:
@@ -60,8 +60,7 @@ def show_logs(root: Path | None, run_id: str | None, *, rank: int | None = None,
     try:
         meta = read_run(base, run_id)
     except (OSError, ValueError):
-        sys.stderr.write(f"ddptui: no run {run_id!r} under {rundir.runs_dir(base)}; `ddptui logs` "
-                         "lists them\n")
+        sys.stderr.write(f"ddptui: {no_run(base, run_id)}\n")
         return 2
     if NODE_FILES_REMOVED in meta:  # what is here is all there is
         sys.stderr.write(f"ddptui: run {run_id}'s files on its nodes were removed by "
@@ -106,8 +105,7 @@ def show_telemetry(root: Path | None, run_id: str, *, node: str | None = None,
     base = state_root(root)
     d = rundir.run_dir(base, run_id)
     if not (d / rundir.RUN_JSON).exists():
-        sys.stderr.write(f"ddptui: no run {run_id!r} under {rundir.runs_dir(base)}; `ddptui logs` "
-                         "lists them\n")
+        sys.stderr.write(f"ddptui: {no_run(base, run_id)}\n")
         return 2
     if not (d / rundir.TELEMETRY).exists():
         sys.stderr.write(f"ddptui: run {run_id} recorded no telemetry (no {rundir.TELEMETRY} in "

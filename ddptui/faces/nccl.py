@@ -19,7 +19,7 @@ from ddptui.launch.ncclwatch import facts_from_raw, keep_line_times
 from ddptui.nccl import NcclFacts, NcclWarning, nccl_warnings, render_rank, render_table
 from ddptui.nccl.facts import RankFacts
 from ddptui.store import rundir
-from ddptui.store.runs import read_run, state_root
+from ddptui.store.runs import no_run, read_run, state_root
 
 _MARK = {Level.ERROR: "ERROR", Level.WARNING: "WARN ", Level.INFO: "note ",
          Level.DEBUG: "note "}
@@ -57,8 +57,7 @@ def show_nccl(root: Path | None, run_id: str, *, rank: int | None = None,
     try:
         meta = read_run(base, run_id)
     except (OSError, ValueError):
-        sys.stderr.write(f"ddptui: no run {run_id!r} under {rundir.runs_dir(base)}; "
-                         "`ddptui logs` lists them\n")
+        sys.stderr.write(f"ddptui: {no_run(base, run_id)}\n")
         return 2
     facts = load_facts(base, run_id, meta)
     status = RunStatus.read(meta.get("status"))

@@ -16,7 +16,7 @@ from ddptui.config.secrets import config_masker
 from ddptui.launch.reach import connect, map_at_once
 from ddptui.launch.stacks import stacks_lines, take
 from ddptui.store import rundir
-from ddptui.store.runs import read_run
+from ddptui.store.runs import no_run, read_run
 from ddptui.store.runs import state_root as resolve_state_root
 from ddptui.transport.base import Transport
 
@@ -30,8 +30,7 @@ def show_stacks(state_root: Path | None, run_id: str, *, rank: int | None = None
     try:
         meta = read_run(root, run_id)
     except (OSError, ValueError) as e:
-        err.write(f"ddptui: no run {run_id!r} under {rundir.runs_dir(root)} ({e}); "
-                  "`ddptui logs` lists the runs there\n")
+        err.write(f"ddptui: {no_run(root, run_id, e)}\n")
         return USAGE_EXIT
     config = HostsConfig.from_dict(meta["config"])
     nodes = list(config.nodes)

@@ -37,7 +37,7 @@ from ddptui.launch.watch import HealthWatch
 from ddptui.nccl import NcclFacts
 from ddptui.store import rundir
 from ddptui.store.owner import this_controller
-from ddptui.store.runs import read_run, write_run
+from ddptui.store.runs import no_run, read_run, write_run
 from ddptui.store.runs import state_root as resolve_state_root
 from ddptui.store.store import Store
 from ddptui.transport.base import Transport, TransportError
@@ -362,8 +362,7 @@ class Controller:
         try:
             meta = read_run(root, run_id)
         except (OSError, ValueError) as e:
-            raise LaunchError([f"no run {run_id!r} under {rundir.runs_dir(root)} ({e}); "
-                               "`ddptui logs` lists the runs there"]) from None
+            raise LaunchError([no_run(root, run_id, e)]) from None
         config = HostsConfig.from_dict(meta["config"])
         ctl = cls(config, state_root=root, run_id=run_id, poll=poll)
         ctl._meta = {**meta, "controller": this_controller()}

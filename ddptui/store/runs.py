@@ -44,6 +44,13 @@ def read_run(root: Path, run_id: str) -> dict[str, Any]:
     return json.loads(p.read_text())
 
 
+def no_run(root: Path, run_id: str, why: object = None) -> str:
+    """What every command that names a run says when there is none by that name."""
+    because = f" ({why})" if why else ""
+    return (f"no run {run_id!r} under {rundir.runs_dir(root)}{because}; `ddptui logs` lists "
+            "the runs there")
+
+
 @dataclass(frozen=True)
 class RunSummary:
     run_id: str

@@ -144,3 +144,24 @@ def test_detach_ends_the_samplers_and_attach_starts_them_again(cluster2: Cluster
         ctl.wait(60)
     assert samplers_on(c) == {}
     only_sshd_left(c)
+
+
+def test_telemetry_false_starts_no_sampler(cluster2: Cluster, tmp_path: Path) -> None:
+    """``health: {telemetry: false}``: the ranks run and are followed, nothing samples them."""
+    c = cluster2
+    path = hosts_file(c, tmp_path)
+    path.write_text(path.read_text() + "\nhealth: {telemetry: false}\n")
+    config = load_config(path)
+    assert config.health.telemetry is False
+    ctl = Controller(config, state_root=tmp_path / "state")
+    names = [h.name for h in c.hosts]
+    try:
+        ctl.launch()
+        wait_until(lambda: all(v.lines >= 5 for v in ctl.store.node_views()), 60,
+                   "lines from every node")
+        time.sleep(1.5)  # a sampler would have written its first sample by now
+        assert samplers_on(c) == {} and not any(ctl.store.node_samples().get(n) for n in names)
+    finally:
+        ctl.stop(grace=5)
+        ctl.wait(60)
+    only_sshd_left(c)

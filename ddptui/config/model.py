@@ -178,7 +178,8 @@ class SSHOptions:
 
 @dataclass(frozen=True)
 class HealthConfig:
-    """When ddptui calls a rank slow, stalled, or a node lost, while the run is up."""
+    """When ddptui calls a rank slow, stalled, or a node lost, and what it watches on the
+    nodes, while the run is up."""
 
     stall_after: float = field(default=120.0, metadata=key(
         v.seconds(above_zero=True), hints=("stall_timeout", "hang_after")))
@@ -192,6 +193,9 @@ class HealthConfig:
     end_after_failure: float = field(default=30.0, metadata=key(
         v.seconds(above_zero=False), hints=("failure_grace",)))
     """Seconds the other nodes may run on after a node failed, before ddptui stops them."""
+    telemetry: bool = field(default=True, metadata=key(
+        v.BOOL, hints=("monitor", "sampling", "nvidia_smi")))
+    """Sample each node's GPUs, CPU and network every second (false: no sampler on the nodes)."""
 
 
 @dataclass(frozen=True)
@@ -211,7 +215,7 @@ class HostsConfig:
     ssh: SSHOptions = field(default=SSHOptions(), metadata=key())
     """How ddptui connects to the nodes."""
     health: HealthConfig = field(default=HealthConfig(), metadata=key())
-    """When a rank counts as stalled or a straggler, and a node as lost."""
+    """When a rank counts as stalled or a straggler, a node as lost; whether nodes are sampled."""
     secret_env: tuple[str, ...] = field(default=(), metadata=key(
         v.ENV_NAMES, hints=("secrets", "secret", "mask_env")))
     """More `env` names to keep secret, beyond those named like one (`*TOKEN*`, `*KEY*`, ...)."""

@@ -179,7 +179,7 @@ class Samplers:
         self.by_node: dict[str, NodeSampler] = {}
 
     def start(self, ctl: Controller) -> None:
-        if self.by_node:
+        if self.by_node or not ctl.config.health.telemetry:
             return
         for node in ctl.config.nodes:
             name = node.name

@@ -212,3 +212,13 @@ def test_torn_and_foreign_lines_are_left_out() -> None:
             "@epoch 1", "P+ nonsense", "garbage", "", "E"]
     [s] = _feed(p, "\n".join(torn))
     assert s.cpu is None and s.mem_total is None and s.net == {} and s.time == 0.0
+
+
+@pytest.mark.parametrize(("local_rank", "visible", "gpu"), [
+    (0, None, 0), (3, None, 3), (None, "0,1", None), (0, "2,3", 2), (1, " 2, 3 ", 3),
+    (2, "2,3", None), (0, "GPU-8c1b2f", None), (0, "MIG-1f2e", None), (0, "", None),
+    (1, "4,,5", 5),
+])
+def test_rank_gpu_follows_cuda_visible_devices(local_rank: int | None, visible: str | None,
+                                               gpu: int | None) -> None:
+    assert alerts.rank_gpu(local_rank, visible) == gpu

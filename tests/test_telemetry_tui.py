@@ -59,6 +59,18 @@ def test_cells_worst_gpu_and_mean_with_sparklines_and_alerts() -> None:
     assert old is not None and old.node("a") == ("-", "-", "stale") and not old.node_alerts
 
 
+def test_a_rank_is_read_on_the_gpu_its_nodes_cuda_visible_devices_gives_it() -> None:
+    """Node a hides gpu0 (``CUDA_VISIBLE_DEVICES=1,0``): local rank 0 runs on gpu1 (busy), so
+    no idle alert, and local rank 1 on the idle gpu0, so that one is alerted."""
+    nodes, ranks = views()
+    cells = telemetry_cells.build({"a": history("a")}, nodes, ranks, NOW, {"a": "1,0"})
+    assert cells is not None
+    assert cells.rank(0) == ("79%", "98%", "") and cells.rank(1) == ("0%", "1%", "")
+    assert cells.rank_alerts == {1: "gpu0 0% 30s"}
+    uuids = telemetry_cells.build({"a": history("a")}, nodes, ranks, NOW, {"a": "GPU-9f3c"})
+    assert uuids is not None and uuids.rank(0) == ("", "", "") and not uuids.rank_alerts
+
+
 def test_rows_carry_the_cells_and_alerts_only_once_telemetry_exists() -> None:
     nodes, ranks = views()
     plain = build_rows(nodes, ranks, {}, lambda r: [], NOW)

@@ -3,9 +3,10 @@
 Three rules, each naming the node, the GPU and, where it can, the rank:
 
 * a running rank whose GPU has read 0 % for ``IDLE_AFTER_S``: it waits for something (a
-  peer, data, a lock) while it should compute. A rank's GPU is its local rank's index, as
-  torchrun's ``LOCAL_RANK`` picks it. One zero is no alert: some virtual machines read 0
-  under load now and then, and only a whole window of zeros counts;
+  peer, data, a lock) while it should compute. A rank's GPU is the one its local rank picks
+  (torchrun's ``LOCAL_RANK``), through the node's ``CUDA_VISIBLE_DEVICES`` when its ``env:``
+  sets one (:func:`rank_gpu`). One zero is no alert: some virtual machines read 0 under
+  load now and then, and only a whole window of zeros counts;
 * a GPU within ``MEM_FULL_FRACTION`` of its memory: the next allocation may fail;
 * a GPU used by a compute process that does not carry this run's marker: another job
   shares the GPU and slows this one (or holds memory it needs).
@@ -39,12 +40,29 @@ class Alert:
 
 @dataclass(frozen=True, slots=True)
 class RankSeat:
-    """Where a rank runs, as far as the alerts need it."""
+    """Where a rank runs, as far as the alerts need it: ``gpu`` as nvidia-smi numbers it."""
 
     rank: int
     node: str
-    local_rank: int | None
+    gpu: int | None
     running: bool
+
+
+def rank_gpu(local_rank: int | None, visible: str | None) -> int | None:
+    """The GPU (nvidia-smi's index) of the rank with ``local_rank``, on a node whose env sets
+    ``CUDA_VISIBLE_DEVICES`` to ``visible`` (None: not set, every GPU in order).
+
+    None when it cannot be told: UUIDs or MIG instances in the list, a rank beyond it. The
+    list is taken in nvidia-smi's (PCI bus) order, which CUDA's own can differ from without
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``; an alert about the wrong GPU would be worse than none,
+    hence no guess past that.
+    """
+    if local_rank is None or visible is None:
+        return local_rank
+    entries = [e.strip() for e in visible.split(",") if e.strip()]
+    if local_rank >= len(entries) or not entries[local_rank].isdecimal():
+        return None
+    return int(entries[local_rank])
 
 
 def idle_gpus(history: Sequence[NodeSample], now: float,
@@ -96,9 +114,9 @@ def assess(histories: dict[str, Sequence[NodeSample]], seats: Iterable[RankSeat]
         out.extend(node_alerts(history[-1]))
         idle[node] = idle_gpus(history, now, idle_after)
     for seat in seats:
-        if not seat.running or seat.local_rank is None:
+        if not seat.running or seat.gpu is None:
             continue
-        if seat.local_rank in idle.get(seat.node, ()):
-            out.append(Alert(seat.node, "gpu-idle", f"gpu{seat.local_rank} 0% {idle_after:.0f}s",
-                             seat.local_rank, seat.rank))
+        if seat.gpu in idle.get(seat.node, ()):
+            out.append(Alert(seat.node, "gpu-idle", f"gpu{seat.gpu} 0% {idle_after:.0f}s",
+                             seat.gpu, seat.rank))
     return out

@@ -160,13 +160,23 @@ class DashboardApp(Lifecycle):
         self._runtime: Runtime | None = None
 
     @property
+    def _run_config(self) -> Any:
+        """The followed run's hosts file, as the engine has it, else the one to launch."""
+        handle = self.controller
+        return handle.config if handle is not None and handle.config is not None \
+            else self.config
+
+    @property
+    def visible_devices(self) -> dict[str, str | None]:
+        """Each node's ``CUDA_VISIBLE_DEVICES`` from its ``env:``: which GPU a rank uses."""
+        nodes = getattr(self._run_config, "nodes", ())  # tests pass a bare namespace
+        return {n.name: n.env.get("CUDA_VISIBLE_DEVICES") for n in nodes}
+
+    @property
     def health_config(self) -> HealthConfig:
         """When the nodes table calls a rank stalled or a straggler: the followed run's hosts
         file, as the engine judges it (then the one to launch, then the defaults)."""
-        handle = self.controller
-        config = handle.config if handle is not None and handle.config is not None \
-            else self.config
-        health = getattr(config, "health", None)  # tests pass a bare namespace
+        health = getattr(self._run_config, "health", None)  # tests pass a bare namespace
         if not isinstance(health, HealthConfig):
             health = HealthConfig()
         return replace(health, **self._health_overrides)

@@ -258,7 +258,8 @@ class DashboardScreen(Screen[None]):
         ranks = store.rank_views()
         live = {n.name for n in nodes if n.status is NodeStatus.RUNNING}
         health = assess(ranks, now, live_nodes=live, config=owner.health_config)
-        telemetry = telemetry_cells.build(store.node_samples(), nodes, ranks, now)
+        telemetry = telemetry_cells.build(store.node_samples(), nodes, ranks, now,
+                                          owner.visible_devices)
         rows = build_rows(nodes, ranks, health, lambda r: store.series(r, "loss")[1], now,
                           telemetry)
         failures = store.failure_list()

@@ -9,7 +9,7 @@ local rank picks. Values older than ``STALE_S`` are not shown as current.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ddptui.chart.downsample import sparkline
@@ -69,8 +69,8 @@ def node_cells(history: Sequence[NodeSample]) -> tuple[str, str, str]:
             f"{net} {_spark([x.net for x in recent])}".rstrip())
 
 
-def rank_cells(latest: NodeSample, local_rank: int | None) -> tuple[str, str, str]:
-    g = next((g for g in latest.gpus if g.index == local_rank), None)
+def rank_cells(latest: NodeSample, gpu: int | None) -> tuple[str, str, str]:
+    g = next((g for g in latest.gpus if g.index == gpu), None)
     if g is None:
         return ("", "", "")
     frac = g.mem_fraction
@@ -79,8 +79,10 @@ def rank_cells(latest: NodeSample, local_rank: int | None) -> tuple[str, str, st
 
 
 def build(samples: dict[str, list[NodeSample]], nodes: Sequence[NodeView],
-          ranks: Sequence[RankView], now: float) -> TelemetryCells | None:
-    """None while no node has reported: the table then has no telemetry columns."""
+          ranks: Sequence[RankView], now: float,
+          visible: Mapping[str, str | None] | None = None) -> TelemetryCells | None:
+    """None while no node has reported: the table then has no telemetry columns.
+    ``visible``: each node's ``CUDA_VISIBLE_DEVICES`` from its ``env:``, where one is set."""
     if not any(samples.values()):
         return None
     cells = TelemetryCells()
@@ -89,12 +91,14 @@ def build(samples: dict[str, list[NodeSample]], nodes: Sequence[NodeView],
             cells.nodes[name] = node_cells(history)
         elif history:
             cells.nodes[name] = ("-", "-", "stale")
+    visible = visible or {}
+    gpu = {r.rank: alerts.rank_gpu(r.local_rank, visible.get(r.node)) for r in ranks}
     for r in ranks:
         history = samples.get(r.node)
         if history and now - history[-1].time <= STALE_S:
-            cells.ranks[r.rank] = rank_cells(history[-1], r.local_rank)
+            cells.ranks[r.rank] = rank_cells(history[-1], gpu[r.rank])
     running = {n.name for n in nodes if n.status is NodeStatus.RUNNING}
-    seats = [alerts.RankSeat(r.rank, r.node, r.local_rank, r.node in running) for r in ranks]
+    seats = [alerts.RankSeat(r.rank, r.node, gpu[r.rank], r.node in running) for r in ranks]
     for a in alerts.assess(samples, seats, now):
         if a.rank is not None:
             cells.rank_alerts[a.rank] = a.text

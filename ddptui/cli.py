@@ -204,7 +204,9 @@ def _dispatch(args: argparse.Namespace) -> int:
                 return USAGE_EXIT
             report = ctl.stop(args.grace)
         for node, err in report.errors.items():
-            print(f"ddptui: node {node}: {err}", file=sys.stderr)
+            print(f"ddptui: node {node} could not be reached to stop the run there, so its "
+                  f"processes may still be running; run `ddptui stop {args.run_id}` again "
+                  f"once it answers. What connecting said: {err}", file=sys.stderr)
         for node, pids in report.leftover.items():
             state = "clean" if not pids else f"STILL RUNNING: {pids}"
             print(f"ddptui: node {node}: {state}")

@@ -248,3 +248,51 @@ def test_a_module_missing_on_one_node_ends_the_run_naming_it(cluster2: Cluster,
     meta = read_meta(tmp_path / "state", run_id_of(res.stdout))
     assert meta["status"] == "failed" and meta["diagnosis"]["node"] == "node2"
     wait_until(lambda: only_sshd_left(cluster2), 15, "nothing of the run left")
+
+
+def marked_on(run_id: str, node_rank: int) -> list[int]:
+    """The run's processes on one node (by the node rank in their DDPTUI_RUN marker)."""
+    want = f"DDPTUI_RUN={run_id}/{node_rank}".encode()
+    found = []
+    for pid in marked_pids(run_id):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if want in env:
+            found.append(pid)
+    return found
+
+
+@pytest.mark.cluster
+@pytest.mark.torchrun
+def test_stop_stops_what_it_reaches_and_names_the_node_it_cannot(
+        cluster_factory: ClusterFactory, tmp_path: Path) -> None:
+    """The controller is gone (the laptop died), a node is cut off: ``ddptui stop`` still
+    stops the node it reaches, says which it could not and what to do, and a later stop,
+    once the node answers, finishes the job."""
+    c = cluster_factory(2)
+    state, out = tmp_path / "state", tmp_path / "run.out"
+    proc = spawn_ddptui("run", str(lost_hosts(c, tmp_path, 120, 100000)), "--headless",
+                        state=state, out=out)
+    try:
+        wait_for(proc, out, "[seq 5] rank 3", 120)
+    finally:
+        proc.kill()  # no stop, no detach: the run goes on without its controller
+        proc.wait(30)
+    run_id = run_id_of(out.read_text())
+    assert marked_on(run_id, 0) and marked_on(run_id, 1)
+    link(c, "node2", "down")
+    try:
+        res = ddptui("stop", run_id, "--grace", "2", state=state, timeout=90)
+        assert res.returncode == 1, res.stdout + res.stderr
+        assert "ddptui: node node2 could not be reached to stop the run there" in res.stderr
+        assert f"run `ddptui stop {run_id}` again once it answers" in res.stderr
+        assert "ddptui: node node1: clean" in res.stdout and "Traceback" not in res.stderr
+        assert marked_on(run_id, 0) == [] and marked_on(run_id, 1), "node2 runs on, cut off"
+        assert read_meta(state, run_id)["unstopped"] == ["node2"]
+    finally:
+        link(c, "node2", "up")
+    res = ddptui("stop", run_id, "--grace", "2", state=state, timeout=90)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert marked_pids(run_id) == [] and read_meta(state, run_id)["unstopped"] == []

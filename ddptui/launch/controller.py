@@ -40,7 +40,7 @@ from ddptui.store.owner import this_controller
 from ddptui.store.runs import no_run, read_run, write_run
 from ddptui.store.runs import state_root as resolve_state_root
 from ddptui.store.store import Store
-from ddptui.transport.base import Transport, TransportError
+from ddptui.transport.base import Transport
 
 
 class Controller:
@@ -283,17 +283,10 @@ class Controller:
         return self.evidence.nccl.snapshot()
 
     def _stop_node(self, name: str, grace: float) -> list[int]:
-        node = self.config.node(name)
         transport = self.transports.get(name)
         if transport is None:
-            transport = self._reconnect(node)
-        res = transport.run(nodeops.stop_cmd(node.python, self.run_id, self._rank_of(name), grace,
-                                     self._pgids.get(name), self._node_dir(name)),
-                    timeout=grace + 60)
-        parsed = nodeops.parse_stop(res.stdout)
-        if parsed is None:
-            raise TransportError(name, f"node {name}: the stop command failed (exit code "
-                                       f"{res.exit_code}): {res.stderr.strip()}")
+            transport = self._reconnect(self.config.node(name))
+        parsed = liveness.stop_remote(self, name, transport, grace)
         if parsed.killed:
             self._publish_note(name, f"{len(parsed.killed)} process(es) ignored SIGTERM for "
                                      f"{grace:g} s and were killed", Level.WARNING)
@@ -334,7 +327,10 @@ class Controller:
 
     def _conclude_without_followers(self, report: StopReport) -> None:
         for n in self.config.nodes:
-            if n.name not in report.errors:
+            if n.name in report.errors:  # the run's end names it; the reaper records it
+                self.node_state(n.name, NodeStatus.LOST, "could not be reached to stop it")
+                self._finished[n.name] = Finished(n.name, NodeStatus.LOST, None)
+            else:
                 self.node_state(n.name, NodeStatus.STOPPED, "stopped")
                 self._finished[n.name] = Finished(n.name, NodeStatus.STOPPED, None)
         if not self._done.is_set() and not liveness.ended_before(self, report.errors):
@@ -380,7 +376,7 @@ class Controller:
                           world_size=meta.get("world_size"))
         errors = map_at_once(list(config.nodes), ctl._reconnect)
         problems = [str(e) for e in errors if isinstance(e, Exception)]
-        if problems and (not follow or len(problems) == len(errors)):
+        if problems and len(problems) == len(errors):
             ctl._close_transports()
             raise LaunchError(problems)
         liveness.follow_unreached(ctl, errors)

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from ddptui.events import Level, NodeStatus, RunStatus
 from ddptui.launch import nodeops
 from ddptui.launch.reach import connect, map_at_once
-from ddptui.transport.base import Transport
+from ddptui.transport.base import Transport, TransportError
 from ddptui.transport.factory import make_transport
 
 if TYPE_CHECKING:
@@ -139,16 +139,18 @@ def lost_nodes(ctl: Controller) -> list[str]:
     return [n for n, f in ctl._finished.items() if f.status is NodeStatus.LOST]
 
 
-def stop_remote(ctl: Controller, name: str, transport: Transport, grace: float) -> list[int]:
-    """Stop the run's processes on one node through ``transport``; what is still alive."""
+def stop_remote(ctl: Controller, name: str, transport: Transport, grace: float
+                ) -> nodeops.StopResult:
+    """Stop the run's processes on one node through ``transport`` (SIGTERM, ``grace``,
+    SIGKILL): what was found, killed and is still alive there."""
     res = transport.run(nodeops.stop_cmd(ctl.config.node(name).python, ctl.run_id,
                                          ctl._rank_of(name), grace, ctl._pgids.get(name),
                                          ctl._node_dir(name)), timeout=grace + 60)
     parsed = nodeops.parse_stop(res.stdout)
     if parsed is None:
-        raise OSError(f"the stop command failed on {name} (exit code {res.exit_code}): "
-                      f"{res.stderr.strip()}")
-    return parsed.leftover
+        raise TransportError(name, f"node {name}: the stop command failed (exit code "
+                                   f"{res.exit_code}): {res.stderr.strip()}")
+    return parsed
 
 
 class Reaper(threading.Thread):
@@ -173,7 +175,7 @@ class Reaper(threading.Thread):
                 transport = None
                 try:
                     transport = connect(ctl.config.node(name), ctl.config)
-                    left = stop_remote(ctl, name, transport, grace)
+                    left = stop_remote(ctl, name, transport, grace).leftover
                 except Exception:
                     continue
                 finally:

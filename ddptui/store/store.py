@@ -207,25 +207,7 @@ class Store:
             rv.attempt = last.attempt
 
     def _apply_line(self, ev: LogLine) -> None:
-        self._seq += 1
-        self._lines.append(ev)
-        node = self.nodes.get(ev.node)
-        if node is not None:
-            node.lines += 1
-            node.last_line_time = ev.time
-        rank = ev.rank
-        if rank is None:
-            return
-        ring = self._rank_lines.get(rank)
-        if ring is None:
-            ring = self._rank_lines[rank] = deque(maxlen=self._rank_lines_max)
-        ring.append(ev)
-        rv = self.ranks.get(rank)
-        if rv is None or rv.node != ev.node or (node is not None and rank not in node.ranks):
-            rv = self._rank(rank, ev.node, ev.local_rank)
-        rv.lines += 1
-        rv.last_line_time = ev.time
-        rv.attempt = ev.attempt
+        self._apply_lines([ev])
 
     def _apply_one(self, ev: Event) -> None:
         if isinstance(ev, Metric) and (line := ev.as_line()) is not None:

@@ -86,8 +86,8 @@ def rss_mb() -> float:
 class Counter:
     """A listener on the controller's batches: counts worker lines, notes when all arrived."""
 
-    def __init__(self, expected: int, prefix: str) -> None:
-        self.expected, self.prefix = expected, prefix
+    def __init__(self, expected: int, prefix: str, latencies: bool = True) -> None:
+        self.expected, self.prefix, self.keep = expected, prefix, latencies
         self.count = 0
         self.first = self.last = 0.0
         self.latencies: list[float] = []
@@ -99,7 +99,7 @@ class Counter:
         for ev in batch.events:
             if type(ev) is LogLine and ev.rank is not None and ev.text.startswith(self.prefix):
                 self.count += 1
-                if self.prefix == "P ":
+                if self.prefix == "P " and self.keep:
                     try:
                         self.latencies.append(now - float(ev.text.rsplit(" ", 1)[1]))
                     except ValueError:  # torchrun's tee read a line half written: 2 lines
@@ -228,7 +228,7 @@ def paced(c: Cluster, n: int, rate: float, secs: float, work: Path,
           sample_every: float = 0.0) -> tuple[list[float], list[float], int]:
     """(write-to-store latencies, RSS samples in MiB, lines torchrun tore) of ``n`` ranks at
     ``rate`` lines/s."""
-    counter = Counter(10**12, "P ")
+    counter = Counter(10**12, "P ", latencies=not sample_every)  # the memory run: no list
     ctl = _launch(c, c.hosts[:n], work, PACED, {"RATE": str(rate), "SECS": str(secs)}, counter)
     samples: list[float] = []
     end = time.monotonic() + secs + TIMEOUT_S
@@ -237,8 +237,6 @@ def paced(c: Cluster, n: int, rate: float, secs: float, work: Path,
         if sample_every and time.monotonic() >= next_sample:
             samples.append(rss_mb())
             next_sample += sample_every
-            # The latency list itself would grow; keep the last minute's worth for the figure.
-            del counter.latencies[:-int(rate * n * 60)]
         time.sleep(0.2)
     if ctl.wait(60) is None:
         ctl.stop(grace=1)

@@ -51,8 +51,10 @@ FIRST_POLL = 0.05
 #: The collector's thresholds while lines are followed. Every line is a few objects that
 #: live until the store's rings let them go, none in a cycle; at Python's default (a young
 #: collection every 700 allocations) the collector cost a fifth of a flood's delivery rate
-#: (bench/stream.py, 1 host: 205k lines/s at the default, 246-260k at these or with it off).
-GC_THRESHOLDS = (50_000, 50, 100)
+#: (bench/stream.py, 1 host: 205k lines/s at the default, 246-260k with young collections
+#: every 50,000 or none). The older generations still come round every 1 and 10 million
+#: allocations (seconds to minutes in a flood), so what cycles there are do not pile up.
+GC_THRESHOLDS = (50_000, 20, 10)
 
 
 def tune_gc() -> None:

@@ -49,6 +49,7 @@ def test_stream_bench_one_host() -> None:
     out = bench("stream.py", "--sizes", "1", "--lines", "20000", "--latency-secs", "3",
                 "--memory-secs", "0")
     assert "none lost or repeated" in out and "ddptui/ssh-cat" in out
+    assert "attach caught up at" in out  # and its rank logs equal the live run's
     assert "latency, 1 ranks" in out and "memory run skipped" in out
 
 

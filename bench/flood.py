@@ -17,8 +17,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from ddptui.events import NodeLogParser, NodeState, NodeStatus, RunStatus
+from ddptui.events import NodeState, NodeStatus, RunStatus
 from ddptui.ingest import parse_chunk
+from ddptui.nodelog import NodeLogParser
 from ddptui.store.store import Store
 from ddptui.telemetry.sample import GpuApp, GpuSample, NodeSample
 

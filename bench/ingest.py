@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from scale_setup import median
 
-from ddptui.events import NodeLogParser
 from ddptui.ingest import parse_chunk, split_complete
+from ddptui.nodelog import NodeLogParser
 from ddptui.store.store import Store
 
 CHUNK = 1 << 20

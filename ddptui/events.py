@@ -1,10 +1,11 @@
 """Events: the one vocabulary between the controller, the store and the faces.
 
-Reader threads turn raw node-log bytes into these with :class:`NodeLogParser`, which is
-pure (no I/O, no clock of its own) so every format it understands is tested from recorded
-text. The line formats come from torchrun itself: ``--tee 3`` with
-``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE`` (see :data:`PREFIX_TEMPLATE`) prefixes every
-worker line with its global and local rank; unprefixed lines are the torchrun agent's own.
+Reader threads turn raw node-log bytes into these with :class:`ddptui.nodelog.NodeLogParser`
+(and :mod:`ddptui.ingest` a read at a time). The line formats come from torchrun itself:
+``--tee 3`` with ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE`` (see :data:`PREFIX_TEMPLATE`)
+prefixes every worker line with its global and local rank; unprefixed lines are the
+torchrun agent's own. What a line says (its level, an NCCL line, a metric record) is read
+here, as pure functions tested from recorded text.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from ddptui.telemetry.sample import NodeSample
 
 #: Given to torchrun; ``${rank}`` is the global rank, right also after an elastic restart.
 PREFIX_TEMPLATE = "[ddptui ${rank} ${local_rank}] "
-_PREFIX_RE = re.compile(r"\[ddptui (\d+) (\d+)\] ")
 METRIC_MARK = "@ddptui "
 
 
@@ -190,7 +190,12 @@ _NCCL_LEVEL = {"WARN": Level.WARNING, "ERROR": Level.ERROR, "ABORT": Level.ERROR
                "TRACE": Level.DEBUG}
 
 
-def _nccl_level(m: re.Match[str]) -> Level:
+def nccl_match(text: str) -> re.Match[str] | None:
+    """The NCCL grammar's match of a line libnccl wrote (see :func:`nccl_level`), else None."""
+    return _NCCL_RE.match(text) if "NCCL" in text else None
+
+
+def nccl_level(m: re.Match[str]) -> Level:
     return _NCCL_LEVEL.get(m.group(1) or "INFO", Level.INFO)
 _ERROR_RE = re.compile(
     r"Traceback \(most recent call last\)|^(\[rank\d+\]: )?[\w.]*(Error|Exception)(: |$)|"
@@ -198,21 +203,9 @@ _ERROR_RE = re.compile(
 )
 # `UserWarning: x`, Python's `file.py:88: UserWarning: x`, `WARNING ...`, `warning: ...`
 _WARN_RE = re.compile(r"(^|: )(\[rank\d+\]: )?[\w.]*Warning: |\bWARN(ING)?\b|^[Ww]arning:")
-_RESTART_RE = re.compile(r"Worker group (FAILED|UNHEALTHY)\. (\d+)/(\d+) attempts left")
-# Healthy workers restarted so that another node's may rejoin: torch counts no attempt, ddptui
-# does (it is the same restart of the job), so every node shows the same attempt.
-_FOLLOW_RESTART_RE = re.compile(r"Detected (\d+) new nodes from group_rank=\d+; will restart")
-_CHILD_FAILED_RE = re.compile(
-    r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)"
-)
-_FIELD_RE = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*: ?(.*)$")
-_RANK_FIELD_RE = re.compile(r"(-?\d+) \(local_rank: (-?\d+)\)")
-_EXIT_FIELD_RE = re.compile(r"(-?\d+)(?: \(pid: \d+\))?\s*(?:\((SIG\w+)\))?")
-
-
 def is_nccl(text: str) -> bool:
     """A line libnccl wrote (NCCL_DEBUG), whatever torch put in front of it."""
-    return "NCCL" in text and _NCCL_RE.match(text) is not None
+    return nccl_match(text) is not None
 
 
 def classify_level(text: str) -> Level:
@@ -289,109 +282,6 @@ def all_view_text(line: LogLine) -> str:
     if line.rank is not None:
         return f"[{line.rank}] {compact_metric_line(line.text)}"
     return f"[{line.node}] {line.text}"
-
-
-class NodeLogParser:
-    """Turns one node's combined torchrun output, line by line, into events.
-
-    Stateful because torchrun's answers span lines: the restart attempt is announced once
-    and holds for every later line, and the "Root Cause" summary is a block of fields.
-    """
-
-    def __init__(self, node: str, attempt: int = 0) -> None:
-        self.node = node
-        self.attempt = attempt
-        self._block: dict[str, str] | None = None
-        self._in_root_cause = False
-        self._trace: list[str] = []
-        self._field: str | None = None
-        self.child_exits: dict[int, int] = {}
-
-    def feed(self, line: str, time: float) -> list[Event]:
-        line = line.rstrip("\r\n")
-        m = _PREFIX_RE.match(line)
-        if m is not None:
-            rank, local_rank = int(m.group(1)), int(m.group(2))
-            text = line[m.end():]
-            return self.worker_line(text, rank, local_rank, time)
-        return self._agent_line(line, time)
-
-    def worker_line(self, text: str, rank: int, local_rank: int, time: float) -> list[Event]:
-        if text.startswith(METRIC_MARK):
-            obj = parse_metric(text[len(METRIC_MARK):])
-            if obj is not None:
-                r, kind, step, values, extra = split_metric(obj, rank)
-                attempt = int(values.get("attempt", self.attempt))
-                return [Metric(self.node, rank if r is None else r, kind, step, values, time,
-                               attempt, extra, text)]
-        m = _NCCL_RE.match(text) if "NCCL" in text else None
-        if m is not None:
-            return [LogLine(self.node, text, time, Source.NCCL, _nccl_level(m), rank, local_rank,
-                            self.attempt)]
-        return [LogLine(self.node, text, time, Source.WORKER, classify_level(text), rank,
-                        local_rank, self.attempt)]
-
-    def _agent_line(self, line: str, time: float) -> list[Event]:
-        out: list[Event] = []
-        m = _NCCL_RE.match(line) if "NCCL" in line else None
-        if m is not None:
-            return [LogLine(self.node, line, time, Source.NCCL, _nccl_level(m), None, None,
-                            self.attempt)]
-        level = classify_level(line)
-        m = _RESTART_RE.search(line)
-        if m is not None or ("Detected" in line and _FOLLOW_RESTART_RE.search(line)):
-            self.attempt += 1
-            level = Level.WARNING
-            why = f" of {m.group(3)}" if m is not None else ": another node restarted its workers"
-            out.append(NodeState(self.node, NodeStatus.RESTARTING, time,
-                                 f"restart {self.attempt}{why}", attempt=self.attempt))
-        m = _CHILD_FAILED_RE.search(line)
-        if m is not None:
-            self.child_exits[int(m.group(2))] = int(m.group(1))
-        out.append(LogLine(self.node, line, time, Source.AGENT, level, None, None, self.attempt))
-        out.extend(self._root_cause(line, time))
-        return out
-
-    def _root_cause(self, line: str, time: float) -> list[Event]:
-        if line.startswith("Root Cause (first observed failure)"):
-            self._in_root_cause = True
-            self._block = {}
-            self._trace = []
-            self._field = None
-            return []
-        if not self._in_root_cause or self._block is None:
-            return []
-        if line.startswith("====") or (line.startswith("----") and self._block):
-            return [self._finish_block(time)]
-        m = _FIELD_RE.match(line)
-        if m is not None and not (self._field == "traceback" and line.startswith("    ")):
-            self._field = m.group(1)
-            self._block[self._field] = m.group(2).strip()
-            if self._field == "traceback" and m.group(2).strip():
-                self._trace.append(m.group(2).strip())
-        elif self._field == "traceback" and line.strip():
-            self._trace.append(line.strip())
-        return []
-
-    def _finish_block(self, time: float) -> Failure:
-        block = self._block or {}
-        self._in_root_cause = False
-        self._block = None
-        rank = local_rank = exit_code = None
-        sig = None
-        m = _RANK_FIELD_RE.search(block.get("rank", ""))
-        if m is not None:
-            rank, local_rank = int(m.group(1)), int(m.group(2))
-        m = _EXIT_FIELD_RE.match(block.get("exitcode", ""))
-        if m is not None:
-            exit_code = int(m.group(1))
-            sig = m.group(2)
-        # The last line of a traceback names the exception: what a person wants first.
-        cause = self._trace[-1] if self._trace else block.get("traceback", "")
-        err = block.get("error_file")
-        return Failure(self.node, rank, exit_code, sig, cause, time, local_rank,
-                       block.get("host"), None if err in (None, "", "<N/A>") else err,
-                       "\n".join(self._trace))
 
 
 def ssh_line(node: str, text: str, time: float, level: Level = Level.INFO) -> LogLine:

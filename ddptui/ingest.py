@@ -13,15 +13,8 @@ from __future__ import annotations
 
 import re
 
-from ddptui.events import (
-    METRIC_MARK,
-    Event,
-    Level,
-    LogLine,
-    NodeLogParser,
-    Source,
-    classify_level,
-)
+from ddptui.events import METRIC_MARK, Event, Level, LogLine, Source, classify_level
+from ddptui.nodelog import NodeLogParser
 
 #: A rank line whole, as torchrun prefixes it (events.PREFIX_TEMPLATE): its ids, its text.
 _RANK_LINE_RE = re.compile(r"^\[ddptui (\d+ \d+)\] ([^\n]*)$", re.M)

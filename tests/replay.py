@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from ddptui.events import Event, NodeLogParser, NodeState, NodeStatus, RunStatus
+from ddptui.events import Event, NodeState, NodeStatus, RunStatus
+from ddptui.nodelog import NodeLogParser
 from ddptui.store.store import Store
 
 T0 = 1_700_000_000.0

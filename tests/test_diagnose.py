@@ -11,7 +11,8 @@ import pytest
 from replay import DATA, T0, node_events, shift_ranks
 
 from ddptui.diagnose import Cause, Diagnosis, diagnose
-from ddptui.events import Event, NodeLogParser, NodeState, NodeStatus
+from ddptui.events import Event, NodeState, NodeStatus
+from ddptui.nodelog import NodeLogParser
 
 HERE = DATA / "diagnose"
 _BLOCK_RANK = re.compile(r"^(\s+rank\s+: )(\d+)( \(local_rank)")

@@ -9,13 +9,13 @@ from ddptui.events import (
     Level,
     LogLine,
     Metric,
-    NodeLogParser,
     NodeState,
     NodeStatus,
     Source,
     classify_level,
     is_nccl,
 )
+from ddptui.nodelog import NodeLogParser
 
 DATA = Path(__file__).parent / "data" / "torchrun"
 

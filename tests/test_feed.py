@@ -14,18 +14,9 @@ from ddptui.engine.wire import (
     split_changes,
     unpack_snapshot,
 )
-from ddptui.events import (
-    Failure,
-    Level,
-    LogLine,
-    Metric,
-    NodeLogParser,
-    NodeState,
-    NodeStatus,
-    RunStatus,
-    Source,
-)
+from ddptui.events import Failure, Level, LogLine, Metric, NodeState, NodeStatus, RunStatus, Source
 from ddptui.ingest import parse_chunk
+from ddptui.nodelog import NodeLogParser
 from ddptui.store.store import Change, Store
 
 T0 = 1_700_000_000.0

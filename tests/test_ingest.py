@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from ddptui.events import NodeLogParser
 from ddptui.ingest import parse_chunk
+from ddptui.nodelog import NodeLogParser
 
 LINES = [
     "[ddptui 3 1] hello", "[ddptui 12 0] step 5 loss 0.25",

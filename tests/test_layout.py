@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 MAX_LINES = 400
 #: The pure core: what a hosts-file value becomes before anything touches a node.
-CORE = ("ddptui.config", "ddptui.events", "ddptui.ingest", "ddptui.launch.plan")
+CORE = ("ddptui.config", "ddptui.events", "ddptui.nodelog", "ddptui.ingest", "ddptui.launch.plan")
 NOT_IN_CORE = ("paramiko", "subprocess", "textual")
 #: The top of the flow: nothing below it may import it.
 FACES = ("ddptui.cli", "ddptui.tui", "ddptui.faces")

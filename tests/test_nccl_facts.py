@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddptui.events import Level, LogLine, NodeLogParser, Source, classify_level, is_nccl
+from ddptui.events import Level, LogLine, Source, classify_level, is_nccl
 from ddptui.nccl import (
     SLOW_INIT_FACTOR,
     SLOW_INIT_MARGIN_S,
@@ -25,6 +25,7 @@ from ddptui.nccl import (
     nccl_warnings,
     render_table,
 )
+from ddptui.nodelog import NodeLogParser
 
 DATA = Path(__file__).parent / "data" / "nccl"
 WORKER = DATA / "h100-worker-torchrun-nccl-info.log"

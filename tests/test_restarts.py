@@ -19,7 +19,8 @@ from cluster import Cluster
 from jobs import ddptui, run_id_of
 from test_ssh_run import hosts
 
-from ddptui.events import NodeLogParser, NodeState, NodeStatus
+from ddptui.events import NodeState, NodeStatus
+from ddptui.nodelog import NodeLogParser
 from worker.generation import agree
 
 # Recorded from torch 2.13's agent (LOGLEVEL=INFO) on the namespace cluster.

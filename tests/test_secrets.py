@@ -31,11 +31,12 @@ from ddptui.config.secrets import (
     redact_config_dict,
     secret_names,
 )
-from ddptui.events import LogLine, NodeLogParser
+from ddptui.events import LogLine
 from ddptui.launch import withheld
 from ddptui.launch.follow import NodeFollower
 from ddptui.launch.outcome import LaunchError
 from ddptui.launch.plan import exported_env, launch_script
+from ddptui.nodelog import NodeLogParser
 
 SECRET_NAMES = [
     "HF_TOKEN", "hf_token", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY", "OPENAI_API_KEY",

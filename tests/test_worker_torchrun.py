@@ -18,15 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.events import (
-    METRIC_MARK,
-    PREFIX_TEMPLATE,
-    Event,
-    Failure,
-    LogLine,
-    Metric,
-    NodeLogParser,
-)
+from ddptui.events import METRIC_MARK, PREFIX_TEMPLATE, Event, Failure, LogLine, Metric
+from ddptui.nodelog import NodeLogParser
 
 pytestmark = [pytest.mark.torchrun, pytest.mark.timeout(180)]
 

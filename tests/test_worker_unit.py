@@ -16,7 +16,8 @@ from ddptui_worker import allreduce, data, devices, metrics, optim, snapshot
 from ddptui_worker.cli import UsageError, parse_args
 from ddptui_worker.faults import Faults, InjectedCrash
 
-from ddptui.events import METRIC_MARK, LogLine, Metric, NodeLogParser, parse_metric
+from ddptui.events import METRIC_MARK, LogLine, Metric, parse_metric
+from ddptui.nodelog import NodeLogParser
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from ddptui.events import LogLine, Metric, NodeLogParser
+from ddptui.events import LogLine, Metric
+from ddptui.nodelog import NodeLogParser
 from ddptui.store import rundir
 from ddptui.store.runs import NODE_FILES_REMOVED, RunSummary, no_run, read_run, state_root
 

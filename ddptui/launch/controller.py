@@ -24,7 +24,7 @@ from typing import Any
 
 from ddptui.config import HostsConfig, NodeConfig
 from ddptui.config.secrets import config_masker
-from ddptui.events import Level, NodeLogParser, NodeState, NodeStatus, RunStatus, ssh_line
+from ddptui.events import Level, NodeState, NodeStatus, RunStatus, ssh_line
 from ddptui.launch import liveness, nodeops, sequence, withheld
 from ddptui.launch.evidence import Evidence
 from ddptui.launch.follow import Batch, Finished, NodeFollower, replay_raw_logs, tune_gc
@@ -35,6 +35,7 @@ from ddptui.launch.stacks import Stacks, take
 from ddptui.launch.telemetry import Samplers
 from ddptui.launch.watch import HealthWatch
 from ddptui.nccl import NcclFacts
+from ddptui.nodelog import NodeLogParser
 from ddptui.store import rundir
 from ddptui.store.owner import this_controller
 from ddptui.store.runs import no_run, read_run, write_run

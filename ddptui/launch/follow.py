@@ -24,18 +24,10 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ddptui.config.secrets import Masker
-from ddptui.events import (
-    Event,
-    Level,
-    LogLine,
-    NodeLogParser,
-    NodeState,
-    NodeStatus,
-    Source,
-    ssh_line,
-)
+from ddptui.events import Event, Level, LogLine, NodeState, NodeStatus, Source, ssh_line
 from ddptui.ingest import parse_chunk, split_complete
 from ddptui.launch import nodeops
+from ddptui.nodelog import NodeLogParser
 from ddptui.store import rundir
 from ddptui.store.store import Store
 from ddptui.transport.base import Transport, TransportError

@@ -17,8 +17,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ddptui.events import LogLine, NodeLogParser, Source
+from ddptui.events import LogLine, Source
 from ddptui.nccl import NcclFacts, nccl_warnings
+from ddptui.nodelog import NodeLogParser
 from ddptui.store import rundir
 
 #: ``run.json`` is rewritten with the facts at most this often while NCCL lines arrive (and

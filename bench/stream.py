@@ -125,6 +125,13 @@ def flood(c: Cluster, n: int, lines: int, work: Path) -> dict[str, float]:
     counter = Counter(n * lines, "L ")
     ctl = _launch(c, hosts, work, FLOOD, {"FLOOD_LINES": str(lines)}, counter)
     teed = tee_watch(ctl, n, lines)
+    peak = [rss_mb()]
+
+    def sample_rss() -> None:  # the backlog is bounded: this must not grow with the flood
+        while not counter.all_in.wait(0.25):
+            peak.append(max(peak[-1], rss_mb()))
+
+    threading.Thread(target=sample_rss, daemon=True).start()
     if not counter.all_in.wait(TIMEOUT_S):
         ctl.stop(grace=1)
         raise RuntimeError(f"{n} hosts: {counter.count} of {n * lines} lines arrived")
@@ -147,7 +154,7 @@ def flood(c: Cluster, n: int, lines: int, work: Path) -> dict[str, float]:
     total = n * lines
     return {"write": total / (end - start), "tee": total / (teed[0] - start),
             "ddptui": total / (counter.last - start), "cat": total / cat,
-            "attach": total / caught}
+            "attach": total / caught, "rss_peak": peak[-1], "rss_before": peak[0]}
 
 
 def catch_up(run_id: str, run_dir: Path, root: Path) -> float:
@@ -274,7 +281,9 @@ def main() -> int:
                   f"{got['attach']:,.0f} lines/s; live: ddptui/ssh-cat "
                   f"{got['ddptui'] / got['cat']:.2f} (target >= 0.5), ddptui/tee "
                   f"{got['ddptui'] / got['tee']:.2f}; catching up: attach/ssh-cat "
-                  f"{got['attach'] / got['cat']:.2f}; none lost or repeated", flush=True)
+                  f"{got['attach'] / got['cat']:.2f}; none lost or repeated; controller RSS "
+                  f"{got['rss_before']:.0f} MiB before, peak {got['rss_peak']:.0f} MiB",
+                  flush=True)
         n = max(opts.sizes)
         lat, _, torn = paced(c, n, opts.rate, opts.latency_secs, work / "latency")
         p95 = pct(lat, 0.95)

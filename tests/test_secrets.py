@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import queue
 import threading
 import time
 from pathlib import Path
@@ -33,7 +32,7 @@ from ddptui.config.secrets import (
 )
 from ddptui.events import LogLine
 from ddptui.launch import withheld
-from ddptui.launch.follow import NodeFollower
+from ddptui.launch.follow import EventQueue, NodeFollower
 from ddptui.launch.outcome import LaunchError
 from ddptui.launch.plan import exported_env, launch_script
 from ddptui.nodelog import NodeLogParser
@@ -187,7 +186,7 @@ def test_masker_text_and_bytes() -> None:
 def test_follower_masks_before_the_raw_copy_and_keeps_node_offsets(tmp_path: Path) -> None:
     raw_path = tmp_path / "node.log"
     f = NodeFollower(node="a", transport=None, node_dir="/w", raw_path=raw_path,  # type: ignore[arg-type]
-                     parser=NodeLogParser("a"), out=queue.Queue(), pgid=None,
+                     parser=NodeLogParser("a"), out=EventQueue(), pgid=None,
                      stopping=threading.Event(), reconnect=lambda: None,  # type: ignore[arg-type,return-value]
                      masker=Masker.of(["hf_value_one"]))
     data = b"[ddptui 0 0] token hf_value_one here\nagent says hf_value_one\n"

@@ -27,7 +27,14 @@ from ddptui.config.secrets import config_masker
 from ddptui.events import Level, NodeState, NodeStatus, RunStatus, ssh_line
 from ddptui.launch import liveness, nodeops, sequence, withheld
 from ddptui.launch.evidence import Evidence
-from ddptui.launch.follow import Batch, Finished, NodeFollower, replay_raw_logs, tune_gc
+from ddptui.launch.follow import (
+    Batch,
+    EventQueue,
+    Finished,
+    NodeFollower,
+    replay_raw_logs,
+    tune_gc,
+)
 from ddptui.launch.outcome import LaunchError, RunResult, StopReport, run_exit_code
 from ddptui.launch.plan import NodeLaunch, Plan, new_run_id
 from ddptui.launch.reach import connect, map_at_once
@@ -72,7 +79,7 @@ class Controller:
         self.poll = poll
         self.transports: dict[str, Transport] = {}
         self._pgids: dict[str, int | None] = {}
-        self._queue: queue.Queue[Batch | Finished] = queue.Queue()
+        self._queue = EventQueue()
         self._followers: dict[str, NodeFollower] = {}
         self._finished: dict[str, Finished] = {}
         self._stopping = threading.Event()

@@ -69,6 +69,42 @@ class Finished:
     exit_code: int | None
 
 
+#: Events read from the nodes and not yet taken by the consumer, beyond which a follower
+#: waits before its next read: a flood the controller cannot keep up with then waits on its
+#: node, in node.log, instead of in this process's memory. Unbounded, a 16-node flood
+#: piled up faster than one consumer could take it (16 reading threads against one).
+BACKLOG_EVENTS = 100_000
+
+
+class EventQueue(queue.Queue[Batch | Finished]):
+    """The followers' batches (and the launch's notes) on their way to the consumer, counting
+    the events in them, so that a follower can wait for room (:meth:`wait_room`)."""
+
+    def __init__(self, limit: int = BACKLOG_EVENTS) -> None:
+        super().__init__()
+        self.limit = limit
+        self.events = 0
+        self.room = threading.Condition(self.mutex)
+
+    def _put(self, item: Batch | Finished) -> None:
+        super()._put(item)
+        if type(item) is Batch:
+            self.events += len(item.events)
+
+    def _get(self) -> Batch | Finished:
+        item = super()._get()
+        if type(item) is Batch:
+            self.events -= len(item.events)
+            self.room.notify_all()
+        return item
+
+    def wait_room(self, halt: threading.Event) -> None:
+        """Until the consumer has taken enough (or following stops)."""
+        with self.room:
+            while self.events > self.limit and not halt.is_set():
+                self.room.wait(0.2)
+
+
 def replay_raw_logs(store: Store, run_dir: Path, nodes: list[str]) -> dict[str, NodeLogParser]:
     """Rebuild ``store``'s memory from the raw copies; mirror only what the checkpoint lacks.
 
@@ -102,7 +138,7 @@ class NodeFollower(threading.Thread):
         node_dir: str,
         raw_path: Path,
         parser: NodeLogParser,
-        out: queue.Queue[Batch | Finished],
+        out: EventQueue,
         pgid: int | None,
         stopping: threading.Event,
         reconnect: Callable[[], Transport],
@@ -181,6 +217,7 @@ class NodeFollower(threading.Thread):
 
     def _read_some(self, raw: BinaryIO) -> bool:
         """Read what is new; True when anything arrived."""
+        self.out.wait_room(self.halt)
         try:
             data = self.transport.read_from(self._remote(rundir.NODE_LOG),
                                             self.offset + len(self._buf), CHUNK)

@@ -148,9 +148,10 @@ while time.monotonic() < deadline:
         # rendezvous, which are being stopped too
         deadline = min(deadline, time.monotonic() + AGENT_WAIT)
     time.sleep(0.05)
-left = members() if left else left
 killed = sorted(p for p, rank in left.items() if rank)  # ranks that ignored SIGTERM
 if left:
+    signal_all(left, signal.SIGKILL)  # the ones watched: at once, the scan for others after
+    left = {**left, **members()}
     signal_all(left, signal.SIGKILL)
     end = time.monotonic() + 5
     while left and time.monotonic() < end:

@@ -32,6 +32,7 @@ from ddptui.launch.follow import (
     EventQueue,
     Finished,
     NodeFollower,
+    read_size,
     replay_raw_logs,
     tune_gc,
 )
@@ -193,7 +194,8 @@ class Controller:
                 parser=parsers.get(name) or NodeLogParser(name), out=self._queue,
                 masker=self.masker,
                 pgid=self._pgids.get(name), stopping=self._stopping,
-                reconnect=functools.partial(self._reconnect, node), poll=self.poll)
+                reconnect=functools.partial(self._reconnect, node), poll=self.poll,
+                chunk=read_size(len(self.config.nodes)))
             self._followers[name] = f
             f.start()
         self.watch.start()

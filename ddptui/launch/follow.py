@@ -35,6 +35,15 @@ from ddptui.transport.base import Transport, TransportError
 #: The most one read takes: a flood's backlog comes over in few round trips (the SSH
 #: transport streams reads this big; bench/stream.py measured 1 MiB reads at a third).
 CHUNK = 4 << 20
+#: What all the followers read at once, at most: a node alone reads CHUNK, sixteen 1 MiB
+#: each. Every follower holds its read (and a copy or two) until its turn to parse comes:
+#: 16 x 4 MiB reads held so took a 16-node flood's controller to 430 MiB (bench/stream.py).
+READ_BUDGET = 16 << 20
+
+
+def read_size(nodes: int) -> int:
+    """Bytes one follower reads at a time when ``nodes`` are followed."""
+    return max(1 << 20, min(CHUNK, READ_BUDGET // max(1, nodes)))
 
 
 #: Seconds between reads until the node's ranks have printed a line.
@@ -90,7 +99,7 @@ class EventQueue(queue.Queue[Batch | Finished]):
         self.limit = limit
         self.events = 0
         self.room = threading.Condition(self.mutex)
-        self.parsing = threading.BoundedSemaphore(PARSERS)  # held from parse to put
+        self.parsing = threading.BoundedSemaphore(PARSERS)  # held from the room to the put
 
     def _put(self, item: Batch | Finished) -> None:
         super()._put(item)
@@ -150,6 +159,7 @@ class NodeFollower(threading.Thread):
         reconnect: Callable[[], Transport],
         poll: float = 0.2,
         masker: Masker | None = None,
+        chunk: int = CHUNK,
     ) -> None:
         super().__init__(name=f"follow-{node}", daemon=True)
         self.node = node
@@ -162,6 +172,7 @@ class NodeFollower(threading.Thread):
         self.stopping = stopping
         self.reconnect = reconnect
         self.poll = poll
+        self.chunk = chunk
         self.masker = masker or Masker()  # secret env values, masked before anything keeps a line
         self.halt = threading.Event()  # detach: stop following, leave the job alone
         #: The stop program saw none of the run's processes left here: what is in the log
@@ -226,7 +237,7 @@ class NodeFollower(threading.Thread):
         self.out.wait_room(self.halt)
         try:
             data = self.transport.read_from(self._remote(rundir.NODE_LOG),
-                                            self.offset + len(self._buf), CHUNK)
+                                            self.offset + len(self._buf), self.chunk)
         except FileNotFoundError:
             self.last_heard = time.monotonic()
             return False
@@ -235,7 +246,8 @@ class NodeFollower(threading.Thread):
             return False
         complete, self._buf = split_complete(self._buf + data)
         if complete:
-            with self.out.parsing:
+            with self.out.parsing:  # room is made sure of again: others may have put meanwhile
+                self.out.wait_room(self.halt)
                 self._parse_and_emit(raw, complete)
         return True
 

@@ -248,6 +248,8 @@ class NodeFollower(threading.Thread):
         if complete:
             with self.out.parsing:  # room is made sure of again: others may have put meanwhile
                 self.out.wait_room(self.halt)
+                if self.halt.is_set():  # given up or detached while waiting: as above
+                    return False
                 self._parse_and_emit(raw, complete)
         return True
 

@@ -5,7 +5,7 @@ lines and their rank prefixes by one regular expression in C, and their level se
 the whole read when no line in it could be a warning or an error. Anything else (an agent
 line, an empty line, a carriage return) goes line by line through the parser, and the runs
 of rank lines between such lines in bulk again.
-Both ways make exactly the events :meth:`ddptui.events.NodeLogParser.feed` makes, line by
+Both ways make exactly the events :meth:`ddptui.nodelog.NodeLogParser.feed` makes, line by
 line (``tests/test_ingest.py``). Pure: no I/O, no clock of its own.
 """
 

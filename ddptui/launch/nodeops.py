@@ -84,9 +84,20 @@ def procs():
                 stat = f.read()
         except OSError:
             continue
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if fields and fields[0] != b"Z":
+        fields = live_fields(stat)
+        if fields:
             yield int(d), env, fields
+
+def live_fields(stat):
+    fields = stat[stat.rfind(b")") + 2:].split()
+    return fields if fields and fields[0] != b"Z" else None
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            return live_fields(f.read()) is not None
+    except OSError:
+        return False
 """
 
 STOP_SRC = PROCS_SRC + r"""
@@ -122,27 +133,24 @@ def signal_all(pids, sig):
         except OSError:
             pass
 
-def alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] != b"Z"
+def still(left, sig):
+    # The ones watched that live (a read of their stat each); once none does, a scan of /proc
+    # (a read of every process on the node) for any started meanwhile, signalled ``sig``.
+    left = {p: rank for p, rank in left.items() if alive(p)}
+    if not left:
+        left = members()
+        if left:
+            signal_all(left, sig)
+    return left
 
 first = members()
 signal_all(first, signal.SIGTERM)
 deadline = time.monotonic() + grace
 left = dict(first)
 while time.monotonic() < deadline:
-    # Watch the ones found (a read of their stat each); scan /proc again, which costs a read
-    # of every process on the node, only once they are gone, for any started meanwhile.
-    left = {p: rank for p, rank in left.items() if alive(p)}
+    left = still(left, signal.SIGTERM)
     if not left:
-        left = members()
-        if not left:
-            break
-        signal_all(left, signal.SIGTERM)
+        break
     if not any(left.values()):
         # every rank is gone: torchrun's agent has nothing left to wait for but its peers'
         # rendezvous, which are being stopped too
@@ -156,10 +164,7 @@ if left:
     end = time.monotonic() + 5
     while left and time.monotonic() < end:
         time.sleep(0.05)
-        left = {p: rank for p, rank in left.items() if alive(p)}
-        if not left:
-            left = members()
-            signal_all(left, signal.SIGKILL)
+        left = still(left, signal.SIGKILL)
 print(json.dumps({"found": sorted(first), "killed": killed, "leftover": sorted(left)}))
 """
 

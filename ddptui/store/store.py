@@ -168,7 +168,7 @@ class Store:
         return s
 
     def _apply_lines(self, run: list[LogLine]) -> None:
-        """What :meth:`_apply_line` does to each, per (node, rank) instead of per line: the
+        """Lines in a row, counted and ringed per (node, rank) rather than per line: the
         readers see none of it before the lock is let go, so only the end state counts."""
         groups: dict[tuple[str, int | None], list[LogLine]] = {}
         for ev in run:
@@ -181,7 +181,7 @@ class Store:
             # a rank on two nodes in one run (an elastic restart moved it): line by line, so
             # that it ends on the node of its last line
             for ev in run:
-                self._apply_line(ev)
+                self._apply_lines([ev])
             return
         self._seq += len(run)
         self._lines.extend(run)

@@ -52,7 +52,7 @@ def plan(cfg: HostsConfig, **kw: object) -> Plan:
 
 
 def flags(launch: NodeLaunch) -> list[str]:
-    return list(launch.argv[3:])
+    return list(launch.argv[2:])
 
 
 # ----------------------------------------------------------------------------- argv
@@ -65,7 +65,7 @@ def test_c10d_argv_exactly() -> None:
     assert a.run_dir == rdir
     assert a.log_dir == f"{rdir}/torchelastic"
     assert a.argv == (
-        "python3", "-m", "torch.distributed.run",
+        "python3", f"{rdir}/torchrun.py",
         "--nnodes", "2",
         "--nproc-per-node", "2",
         "--rdzv-backend", "c10d",
@@ -149,7 +149,8 @@ def test_ipv6_rendezvous_host_is_bracketed() -> None:
 
 def test_node_python_is_used() -> None:
     cfg = config([NodeConfig("a", "a", python="/opt/venv/bin/python")])
-    assert plan(cfg).nodes[0].argv[:3] == ("/opt/venv/bin/python", "-m", "torch.distributed.run")
+    assert plan(cfg).nodes[0].argv[:2] == (
+        "/opt/venv/bin/python", f"/home/u/a/.ddptui/runs/{RUN}/node0/torchrun.py")
 
 
 def test_entry_bundled_worker_module_name() -> None:
@@ -162,7 +163,7 @@ def test_entry_user_script_from_script_paths() -> None:
     p = plan(cfg, script_paths={"a": "/remote/a/train.py", "b": "/remote/b/train.py"})
     assert p.nodes[0].argv[-2:] == ("/remote/a/train.py", "x")
     assert p.nodes[1].argv[-2:] == ("/remote/b/train.py", "x")
-    assert "-m" not in p.nodes[0].argv[3:]
+    assert "-m" not in p.nodes[0].argv[2:]
 
 
 def test_entry_user_script_defaults_into_run_dir() -> None:
@@ -251,7 +252,7 @@ def test_script_shape_exactly() -> None:
     assert launch.script.endswith("\n")
     assert lines[0] == "#!/bin/sh"
     assert lines[1] == f"# ddptui run {RUN}, node a (node rank 0)"
-    assert lines[2] == "# " + shlex.join(["torchrun", *launch.argv[3:]])
+    assert lines[2] == "# " + shlex.join(["torchrun", *launch.argv[2:]])
     assert lines[3] == f"cd '{rdir}' || exit {EXIT_NO_RUN_DIR}"
     assert lines[4] == "echo $$ > pgid"
     assert lines[5:11] == [

@@ -21,8 +21,6 @@ from ddptui.config import HostsConfig, NodeConfig
 from ddptui.config.values import ENV_NAME
 from ddptui.store import rundir
 
-#: torchrun's module; ``python -m`` it so the node's ``python`` decides which torch runs.
-TORCHRUN_MODULE = "torch.distributed.run"
 #: launch.sh exits with this when the node dir is gone: no torchrun was started.
 EXIT_NO_RUN_DIR = 97
 #: launch.sh records this exit code when the project directory is gone: no torchrun started.
@@ -36,7 +34,9 @@ class NodeLaunch:
     node: NodeConfig
     node_rank: int
     node_dir: str  # absolute on the node (see ddptui.store.rundir); launch.sh runs in it
-    argv: tuple[str, ...]  # [python, "-m", "torch.distributed.run", *flags, entry..., *args]
+    #: [python, <node dir>/torchrun.py, *flags, entry..., *args]: torchrun, by the node's own
+    #: python, through :mod:`ddptui.launch.torchrun_tee`
+    argv: tuple[str, ...]
     env: dict[str, str]  # only what ddptui sets (not the node's whole environment)
     script: str  # the launch.sh text
     #: The ranks' working directory, first on PYTHONPATH: the synced tree or the in-place
@@ -127,7 +127,7 @@ def make_plan(
         project = (project_dirs or {}).get(node.name) if config.job.script else None
         entry = _entry(config, node, ndir, worker_module, script_paths, project)
         argv = (
-            node.python, "-m", TORCHRUN_MODULE,
+            node.python, rundir.in_node_dir(ndir, rundir.TORCHRUN),
             *torchrun_flags(config, node, rank, run_id, ndir, rdzv_host),
             *entry, *config.job.args,
         )
@@ -264,7 +264,7 @@ def launch_script(
     for value in (*argv, *env.values(), ndir, project or ""):
         if "\x00" in value:
             raise ValueError("a NUL character cannot be passed to a process")
-    human = shlex.join(["torchrun", *argv[3:]])
+    human = shlex.join(["torchrun", *argv[2:]])
     lines = [
         "#!/bin/sh",
         _comment(f"# ddptui run {run_id}, node {name} (node rank {node_rank})"),

@@ -6,12 +6,13 @@ node; the controller runs them on every node at once and undoes them all if one 
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import time
 from pathlib import Path
 
 from ddptui.config import JobConfig
-from ddptui.launch import nodeops
+from ddptui.launch import nodeops, torchrun_tee
 from ddptui.launch.outcome import LaunchError
 from ddptui.launch.plan import NodeLaunch
 from ddptui.store import rundir
@@ -29,6 +30,12 @@ def worker_files() -> list[Path]:
         raise LaunchError([f"the bundled worker package {rundir.WORKER_PACKAGE} is not "
                            "installed; reinstall ddptui"])
     return sorted(Path(next(iter(spec.submodule_search_locations))).glob("*.py"))
+
+
+@functools.cache
+def torchrun_program() -> bytes:
+    """The text of :mod:`ddptui.launch.torchrun_tee`, which launch.sh runs as torchrun."""
+    return Path(torchrun_tee.__file__).read_bytes()
 
 
 def upload(transport: Transport, node_launch: NodeLaunch, job: JobConfig) -> None:
@@ -49,6 +56,7 @@ def upload(transport: Transport, node_launch: NodeLaunch, job: JobConfig) -> Non
         transport.put_bytes(src.read_bytes(), rundir.in_node_dir(ndir, src.name), 0o755)
     script = rundir.in_node_dir(ndir, rundir.LAUNCH_SCRIPT)
     transport.put_bytes(node_launch.script.encode(), script, 0o700)  # it holds secret env
+    transport.put_bytes(torchrun_program(), rundir.in_node_dir(ndir, rundir.TORCHRUN))
     transport.put_bytes(b"", rundir.in_node_dir(ndir, rundir.NODE_LOG))
 
 

@@ -3,9 +3,10 @@
 A run lives in two kinds of directory, named apart so that no variable can mean both:
 
 * the **node dir**, on a node: ``<workdir>/.ddptui/runs/<run_id>/node<rank>/`` (a string,
-  POSIX, as the node sees it), holding ``launch.sh``, the ``node.log`` torchrun's output is
-  appended to, the ``pgid`` and ``exit_code`` that ``launch.sh`` writes, torchrun's
-  ``torchelastic/`` log dir and, for the bundled worker, ``ddptui_worker/``;
+  POSIX, as the node sees it), holding ``launch.sh`` and the ``torchrun.py`` it runs, the
+  ``node.log`` torchrun's output is appended to, the ``pgid`` and ``exit_code`` that
+  ``launch.sh`` writes, torchrun's ``torchelastic/`` log dir and, for the bundled worker,
+  ``ddptui_worker/``;
 * the **run dir**, on this machine: ``<state root>/runs/<run_id>/`` (a :class:`Path`), holding
   ``run.json``, the raw copy of each node's log in ``nodes/``, the disk mirror (``ranks/``,
   ``lines.log``, ``metrics.jsonl``, ``events.jsonl``, ``checkpoint.json``) and the engine's
@@ -28,6 +29,8 @@ RUN_ID_RE = re.compile(r"[A-Za-z0-9._-]+\Z")
 # On a node, under its workdir.
 NODE_RUNS = ".ddptui/runs"
 LAUNCH_SCRIPT = "launch.sh"
+#: torchrun with ddptui's whole-line tee (``ddptui.launch.torchrun_tee``), run by launch.sh.
+TORCHRUN = "torchrun.py"
 NODE_LOG = "node.log"
 PGID = "pgid"
 EXIT_CODE = "exit_code"

@@ -1,0 +1,104 @@
+"""torchrun as ddptui starts it on a node: torchrun's own ``main``, with a faster ``--tee``.
+
+Uploaded into the node dir and run by the node's Python in place of ``python -m
+torch.distributed.run``, with the same arguments. Its one change is the function torchrun's
+``TailLog`` threads run to copy each rank's log file to the agent's stdout/stderr (what ends
+up in ``node.log``). torchrun's own copies a line at a time, with a ``readline`` that returns
+a line the rank has not finished writing: a rank with unbuffered output (``print`` writes the
+text and its newline apart) then gets a line cut in two, and the other ranks' lines written
+in between end up glued to its first half. Its speed (a Python call per line) was also the
+ceiling of live log streaming (``bench/stream.py``). This one copies whole lines only, a block
+of them at a time (one ``write`` of the prefixed block, as many lines as are complete), and
+holds a partial line until its newline arrives or the rank's file is finished.
+
+When the torch it finds has no ``tail_logfile`` of the shape this replaces, torchrun runs
+unchanged. Runs on the node, under whatever Python the node has: stdlib only (torch itself,
+imported once the tee is in place), nothing of ddptui.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import runpy
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+#: Characters read from a rank's file at a time.
+CHUNK = 1 << 18
+#: A line longer than this without a newline is copied as it is (memory stays bounded).
+LONGEST = 1 << 22
+#: The parameters of torch's ``tail_logfile`` this stands in for (torch 2.x); the last is
+#: newer than the rest.
+SHAPE = ("header", "file", "dst", "finished", "interval_sec", "log_line_filter")
+
+#: TailLog's default filter (keep every line): a line filter that is this one is skipped.
+_keep_all: Any = None
+
+
+def tail_logfile(header: str, file: str, dst: TextIO, finished: Any, interval_sec: float,
+                 log_line_filter: Callable[[str], bool] | None = None) -> None:
+    """Copy ``file`` to ``dst`` with ``header`` before every line, until ``finished`` is set
+    and the file is read to its end. Opened as torchrun opens it (text, universal newlines,
+    undecodable bytes replaced), so what a line is stays torchrun's."""
+    while not os.path.exists(file):
+        if finished.is_set():
+            return
+        time.sleep(interval_sec)
+    keep = None if log_line_filter is _keep_all else log_line_filter
+    rest = ""
+    with open(file, errors="replace") as fp:
+        while True:
+            data = fp.read(CHUNK)
+            if data:
+                data = rest + data
+                cut = data.rfind("\n") + 1
+                if cut == 0 and len(data) > LONGEST:
+                    data += "\n"
+                    cut = len(data)
+                rest = data[cut:]
+                put(header, data[:cut], dst, keep)
+            elif finished.is_set():
+                if rest:  # the rank ended without a newline: its last line, ended here
+                    put(header, rest + "\n", dst, keep)
+                return
+            else:
+                time.sleep(interval_sec)
+
+
+def put(header: str, block: str, dst: TextIO, keep: Callable[[str], bool] | None) -> None:
+    """One write of ``block`` (whole lines, each ending in a newline), every line prefixed."""
+    if keep is not None:
+        block = "".join(line + "\n" for line in block.split("\n")[:-1] if keep(line + "\n"))
+    if not block:
+        return
+    dst.write(header + block[:-1].replace("\n", "\n" + header) + "\n")
+    dst.flush()
+
+
+def install() -> bool:
+    """Put :func:`tail_logfile` in place of torch's, if torch's has the shape it replaces."""
+    global _keep_all
+    try:
+        from torch.distributed.elastic.multiprocessing import tail_log
+        names = tuple(inspect.signature(tail_log.tail_logfile).parameters)
+        default = inspect.signature(tail_log.TailLog.__init__).parameters.get("log_line_filter")
+    except Exception:  # no torch, or another layout: torchrun as it is
+        return False
+    if names not in (SHAPE, SHAPE[:-1]):
+        return False
+    _keep_all = default.default if default is not None else None
+    tail_log.tail_logfile = tail_logfile  # looked up by name each time TailLog starts
+    return True
+
+
+def main() -> None:
+    """torchrun run as ``python -m torch.distributed.run`` runs it: its module as
+    ``__main__``, whose logger torch leaves unformatted (the agent lines ddptui reads)."""
+    install()
+    runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()

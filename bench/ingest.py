@@ -2,11 +2,14 @@
 
 One command: ``python bench/ingest.py``. The input is what a node's ``node.log`` holds under
 a flood: torchrun's per-rank prefix on every line (``[ddptui R L] ``), plain log lines from
-``--ranks`` ranks, and one ``@ddptui`` metric record per rank every 100 lines. The same bytes,
+``--ranks`` ranks in blocks of ``--block`` lines (as ddptui's tee writes them; 1 interleaves
+them line by line, as torch's own does), and one ``@ddptui`` metric record every 100 lines.
+The same bytes,
 cut into 1 MiB chunks at line ends as the follower reads them, go through
 
 * raw splitting: ``bytes.decode().split("\\n")``, the least any reader does (the baseline);
-* the parser: ``parse_chunk`` (``NodeLogParser.feed`` per line), what the follower does;
+* the parser: ``parse_chunk`` (a rank's plain lines in a row as one ``LineRun``, other
+  lines as ``NodeLogParser.feed`` makes them), what the follower does;
 * parser + store: ``Store.apply`` with its disk mirror (per-rank logs, the all-ranks view,
   metrics, checkpoint), as the controller does with every batch.
 
@@ -38,10 +41,12 @@ from ddptui.store.store import Store
 CHUNK = 1 << 20
 
 
-def flood_bytes(lines: int, ranks: int) -> bytes:
+def flood_bytes(lines: int, ranks: int, block: int = 1) -> bytes:
+    """``block`` lines of one rank, then the next rank's: ddptui's tee copies a rank's
+    lines a block at a time (a flood's blocks hold thousands); 1 is torch's own tee."""
     out = []
     for n in range(lines):
-        r = n % ranks
+        r = (n // block) % ranks
         if n % 100 == 99:
             out.append(f'[ddptui {r} {r}] @ddptui {{"v": 1, "kind": "metric", "rank": {r}, '
                        f'"step": {n // 100}, "loss": {1.0 / (1 + n):.6f}}}\n')
@@ -92,8 +97,10 @@ def main() -> int:
     p.add_argument("--lines", type=int, default=500_000)
     p.add_argument("--ranks", type=int, default=16)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--block", type=int, default=1000,
+                   help="lines of one rank in a row (1: interleaved line by line)")
     opts = p.parse_args()
-    chunks = chunks_of(flood_bytes(opts.lines, opts.ranks))
+    chunks = chunks_of(flood_bytes(opts.lines, opts.ranks, opts.block))
     work = Path(tempfile.mkdtemp(prefix="ddptui-bench-ingest-"))
     times: dict[str, list[float]] = {"raw": [], "parser": [], "store": []}
     try:
@@ -109,8 +116,8 @@ def main() -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     rate = {k: opts.lines / median(v) for k, v in times.items()}
-    print(f"{opts.lines} lines from {opts.ranks} ranks, {opts.rounds} rounds (medians, "
-          "per CPU second):")
+    print(f"{opts.lines} lines from {opts.ranks} ranks in blocks of {opts.block}, "
+          f"{opts.rounds} rounds (medians, per CPU second):")
     print(f"  raw line splitting {rate['raw']:12,.0f} lines/s")
     print(f"  parser             {rate['parser']:12,.0f} lines/s  "
           f"{rate['parser'] / rate['raw']:.3f}x raw")

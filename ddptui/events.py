@@ -119,6 +119,56 @@ class LogLine:
 
 
 @dataclass(slots=True)
+class LineRun:
+    """A rank's plain lines in a row, kept as the text they came in.
+
+    A flood is nearly all such lines (one rank, INFO, no metric record, no NCCL line, no
+    warning or error word), and one object per line was the controller's ceiling
+    (``bench/stream.py``): a run is one object, written to its rank's log as one string, and
+    made into :class:`LogLine` objects only for the lines a ring keeps or a screen reads.
+    """
+
+    node: str
+    rank: int
+    local_rank: int
+    attempt: int
+    time: float
+    text: str  # the lines, each ending in a newline, without torchrun's rank prefix
+    count: int
+
+    def tail(self, n: int) -> list[LogLine]:
+        """The last ``n`` lines (all of them when the run is shorter), as the lines they are."""
+        body = self.text[:-1]
+        parts = body.rsplit("\n", n) if n < self.count else body.split("\n")
+        if len(parts) > n:
+            parts = parts[len(parts) - n:]
+        return self._made(parts)
+
+    def lines(self) -> list[LogLine]:
+        return self.tail(self.count)
+
+    def head(self, n: int) -> list[LogLine]:
+        """The first ``n`` lines (all of them when the run is shorter)."""
+        if n >= self.count:
+            return self.lines()
+        return self._made(self.text.split("\n", n)[:n])
+
+    def _made(self, texts: list[str]) -> list[LogLine]:
+        node, t, rank, local, attempt = self.node, self.time, self.rank, self.local_rank, \
+            self.attempt
+        return [LogLine(node, p, t, Source.WORKER, Level.INFO, rank, local, attempt)
+                for p in texts]
+
+    def after(self, n: int) -> LineRun:
+        """The run without its first ``n`` lines (n < count)."""
+        i = -1
+        for _ in range(n):
+            i = self.text.index("\n", i + 1)
+        return LineRun(self.node, self.rank, self.local_rank, self.attempt, self.time,
+                       self.text[i + 1:], self.count - n)
+
+
+@dataclass(slots=True)
 class Metric:
     """One ``@ddptui`` record; ``values`` holds every numeric field, ``extra`` the rest."""
 
@@ -170,7 +220,7 @@ class Stall:
 # Events are never changed once made, but they are not ``frozen``: a frozen dataclass is built
 # through object.__setattr__ per field, four times slower, and readers make 50k lines a second.
 #: NodeSample: a node's telemetry (``ddptui.telemetry``), applied and sent as the others are.
-Event = NodeState | LogLine | Metric | Failure | Stall | NodeSample
+Event = NodeState | LogLine | LineRun | Metric | Failure | Stall | NodeSample
 
 _GLOG_FIRST = frozenset("IWEF")
 _GLOG_RE = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")

@@ -1,11 +1,14 @@
 """A node log's bytes, a read at a time, into events: the controller's hottest loop.
 
-A flood is almost nothing but rank lines (``[ddptui R L] text``): a read of them is cut into
-lines and their rank prefixes by one regular expression in C, and their level settled for
-the whole read when no line in it could be a warning or an error. Anything else (an agent
-line, an empty line, a carriage return) goes line by line through the parser, and the runs
-of rank lines between such lines in bulk again.
-Both ways make exactly the events :meth:`ddptui.nodelog.NodeLogParser.feed` makes, line by
+A flood is almost nothing but rank lines (``[ddptui R L] text``), and ddptui's tee
+(:mod:`ddptui.launch.torchrun_tee`) writes each rank's in blocks, so a read is a few long runs
+of one rank's lines. A run with nothing but plain lines (INFO, no record, no NCCL line) becomes
+one :class:`~ddptui.events.LineRun`: its text with the prefixes cut out, no object per line.
+Anything else is cut into lines and rank prefixes by one regular expression in C, its level
+settled for the whole read when no line in it could be a warning or an error; an agent line,
+an empty line or a carriage return goes line by line through the parser, and the runs of rank
+lines between such lines in bulk again.
+All ways make exactly the events :meth:`ddptui.nodelog.NodeLogParser.feed` makes, line by
 line (``tests/test_ingest.py``). Pure: no I/O, no clock of its own.
 """
 
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from ddptui.events import METRIC_MARK, Event, Level, LogLine, Source, classify_level
+from ddptui.events import METRIC_MARK, Event, Level, LineRun, LogLine, Source, classify_level
 from ddptui.nodelog import NodeLogParser
 
 #: A rank line whole, as torchrun prefixes it (events.PREFIX_TEMPLATE): its ids, its text.
@@ -25,6 +28,16 @@ _LEVEL_HINTS = ("Error", "Exception", "Traceback", "FAILED", "arn", "WARN")
 #: search runs in C from one to the next, where a ``^`` anchor would try every character.
 _GLOG_LINE_RE = re.compile(r"\] [IWEF]\d{4} ")
 _IDS: dict[str, tuple[int, int]] = {}
+#: What makes a rank line other than a plain INFO line: a level word, NCCL, a record.
+_SPECIAL = (*_LEVEL_HINTS, "NCCL", METRIC_MARK)
+#: A rank line's prefix, ASCII digits only (any other goes the general way).
+_PREFIX_RE = re.compile(r"\[ddptui ([0-9]+) ([0-9]+)\] ")
+#: Lines in a row of one rank from which they are kept as one LineRun: shorter runs (a job
+#: printing slowly, or torch's own tee interleaving ranks line by line) go the general way.
+MIN_RUN = 16
+#: Short runs in a row after which the rest of a read goes the general way.
+GIVE_UP = 8
+_RUN_END: dict[str, re.Pattern[str]] = {}
 
 
 def split_complete(buf: bytes) -> tuple[bytes, bytes]:
@@ -34,8 +47,100 @@ def split_complete(buf: bytes) -> tuple[bytes, bytes]:
 
 
 def parse_chunk(parser: NodeLogParser, data: bytes, now: float) -> list[Event]:
-    """Every line of ``data``, as ``parser.feed`` makes its events, in order."""
+    """Every line of ``data``, as ``parser.feed`` makes its events, in order; a rank's plain
+    lines in a row as one :class:`LineRun` (its :meth:`LineRun.lines` are those events)."""
     text = data.decode("utf-8", "replace")
+    if text.startswith("[ddptui ") and text.endswith("\n") and "\r" not in text:
+        return _runs(parser, text, now)
+    return _lines(parser, text, now)
+
+
+def _runs(parser: NodeLogParser, text: str, now: float) -> list[Event]:
+    """A read cut where the rank changes (ddptui's tee writes a rank's lines in blocks, so a
+    flood's read is a few long runs), and a run again around its lines that are not plain
+    (a metric record every hundred lines): the plain pieces whole, the rest through
+    :func:`_lines`, in order."""
+    out: list[Event] = []
+    slow = -1  # where text not yet parsed, not taken as a run, begins
+    pos, end = 0, len(text)
+    short = 0  # runs too short in a row: lines interleaved line by line, no runs to find
+    while pos < end and short < GIVE_UP:
+        m = _PREFIX_RE.match(text, pos)
+        if m is None:  # an agent's line amid the ranks' ones
+            if slow < 0:
+                slow = pos
+            pos = text.index("\n", pos) + 1
+            continue
+        prefix = m.group()
+        cut = _run_end(prefix).search(text, pos, end - 1)
+        stop = end if cut is None else cut.start() + 1
+        run = text[pos:stop]
+        short = short + 1 if run.count("\n") < MIN_RUN else 0
+        for a, b, plain in _pieces(run) if not short else ((0, len(run), False),):
+            count = run.count("\n", a, b)
+            if plain and count >= MIN_RUN:
+                if slow >= 0:
+                    out.extend(_lines(parser, text[slow:pos + a], now))
+                    slow = -1
+                body = run[a + len(prefix):b].replace("\n" + prefix, "\n")
+                out.append(LineRun(parser.node, int(m[1]), int(m[2]), parser.attempt, now,
+                                   body, count))
+            elif slow < 0:
+                slow = pos + a
+        pos = stop
+    if pos < end and slow < 0:
+        slow = pos
+    if slow >= 0:
+        out.extend(_lines(parser, text[slow:], now))
+    return out
+
+
+def _pieces(run: str) -> list[tuple[int, int, bool]]:
+    """``run`` as (start, end, plain) pieces of whole lines: the lines that are not plain
+    apart. Past one such line per MIN_RUN lines, the run is not worth cutting: one piece."""
+    if _plain(run):
+        return [(0, len(run), True)]
+    most = run.count("\n") // MIN_RUN + 1
+    starts: set[int] = set()
+    for word in _SPECIAL:
+        i = run.find(word)
+        while i >= 0 and len(starts) <= most:
+            starts.add(run.rfind("\n", 0, i) + 1)
+            i = run.find(word, run.index("\n", i))
+    for g in _GLOG_LINE_RE.finditer(run):
+        if len(starts) > most:
+            break
+        starts.add(run.rfind("\n", 0, g.start()) + 1)
+    if len(starts) > most:
+        return [(0, len(run), False)]
+    out, a = [], 0
+    for s in sorted(starts):
+        e = run.index("\n", s) + 1
+        if s > a:
+            out.append((a, s, True))
+        out.append((s, e, False))
+        a = e
+    if a < len(run):
+        out.append((a, len(run), True))
+    return out
+
+
+def _run_end(prefix: str) -> re.Pattern[str]:
+    """The first newline not followed by ``prefix``: where a rank's run of lines ends."""
+    found = _RUN_END.get(prefix)
+    if found is None:
+        found = re.compile("\n(?!" + re.escape(prefix) + ")")
+        if len(_RUN_END) < 65536:
+            _RUN_END[prefix] = found
+    return found
+
+
+def _plain(run: str) -> bool:
+    """INFO throughout, and no line the parser makes anything else of (see _rank_lines)."""
+    return not any(w in run for w in _SPECIAL) and not _GLOG_LINE_RE.search(run)
+
+
+def _lines(parser: NodeLogParser, text: str, now: float) -> list[Event]:
     found = _RANK_LINE_RE.findall(text) if text.startswith("[ddptui ") else []
     if found and len(found) == text.count("\n") + (not text.endswith("\n")) \
             and "\r" not in text:

@@ -16,7 +16,7 @@ import pickle
 import threading
 from typing import Any
 
-from ddptui.events import Level, LogLine, Metric, Source
+from ddptui.events import Level, LineRun, LogLine, Metric, Source
 from ddptui.store.store import Change, Store
 
 _SOURCES = list(Source)
@@ -140,7 +140,8 @@ def unpack_snapshot(data: bytes) -> dict[str, Any]:
 
 
 def _line_count(events: list[Any]) -> int:
-    return sum(1 for e in events if type(e) is LogLine or (type(e) is Metric and e.text))
+    return sum(e.count if type(e) is LineRun else 1 for e in events
+               if type(e) is LogLine or type(e) is LineRun or (type(e) is Metric and e.text))
 
 
 class Backlog:
@@ -191,6 +192,13 @@ class Backlog:
                     n -= 1
                     self._skipped += 1
                     self._lines -= 1
+                elif n > 0 and type(e) is LineRun:
+                    out = min(n, e.count)
+                    n -= out
+                    self._skipped += out
+                    self._lines -= out
+                    if out < e.count:
+                        kept.append(e.after(out))
                 else:
                     kept.append(e)
             self._changes[i] = ("apply", kept)

@@ -15,6 +15,7 @@ from ddptui.diagnose.signatures import own_cause
 from ddptui.events import (
     Failure,
     Level,
+    LineRun,
     LogLine,
     Metric,
     NodeState,
@@ -60,6 +61,9 @@ class Printer:
         for ev in batch.events:
             if isinstance(ev, LogLine):
                 parts.append(format_line(ev))
+            elif type(ev) is LineRun:
+                tag = f"[{ev.node} r{ev.rank}] "  # line_prefix's, for a rank's own lines
+                parts.append(tag + ev.text[:-1].replace("\n", "\n" + tag))
             elif isinstance(ev, NodeState):
                 parts.append(format_state(ev))
             elif isinstance(ev, Metric) and self.metrics:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ddptui.diagnose import Diagnosis, diagnose
-from ddptui.events import Event, Failure, Level, LogLine, Metric, NodeState, Source
+from ddptui.events import Event, Failure, Level, LineRun, LogLine, Metric, NodeState, Source
 from ddptui.launch.ncclwatch import NcclWatch
 from ddptui.store.store import Store
 
@@ -74,6 +74,7 @@ class Evidence:
         self._n = 0  # arrival order across streams, which the rules' block parsing needs
         self._streams: list[_Stream] = []
         self._sinks: dict[Any, Callable[[_Item], None]] = {}
+        self._stream_of: dict[Any, _Stream] = {}
         self._states = _Stream(STATE_HEAD, STATE_TAIL, {}, None)
         self._metrics: dict[tuple[str, int], _Item] = {}
         #: The run's NCCL facts, fed here because this loop looks at every line already.
@@ -84,6 +85,7 @@ class Evidence:
         error, warning = Level.ERROR, Level.WARNING
         nccl = Source.NCCL
         nccl_lines: list[LogLine] = []
+        pending: dict[Any, list[tuple[int, LineRun]]] = {}
         for ev in events:
             n += 1
             if type(ev) is LogLine:
@@ -93,13 +95,18 @@ class Evidence:
                 if level is debug and rank is not None:
                     continue  # a rank's DEBUG lines are torch's INFO chatter
                 key = (ev.node, rank, ev.source, level is error or level is warning)
+                if pending and key in pending:
+                    self._flush(key, pending.pop(key))
                 add = sinks.get(key)
                 if add is None:
-                    self._streams.append(_Stream(RANK_HEAD, RANK_TAIL, sinks, key)
-                                         if rank is not None
-                                         else _Stream(NODE_HEAD, NODE_TAIL, sinks, key))
+                    stream = self._stream_of[key] = (
+                        _Stream(RANK_HEAD, RANK_TAIL, sinks, key) if rank is not None
+                        else _Stream(NODE_HEAD, NODE_TAIL, sinks, key))
+                    self._streams.append(stream)
                     add = sinks[key]
                 add((n, ev))
+            elif type(ev) is LineRun:  # a rank's plain lines: see _run
+                n = self._run(ev, n, pending)
             elif type(ev) is Metric:
                 # The last step per rank is all the rules read (which rank stopped first).
                 if ev.step is not None or (ev.node, ev.rank) not in self._metrics:
@@ -108,9 +115,48 @@ class Evidence:
                 self._states.sinks[None]((n, ev))
             # the rest (telemetry samples, ddptui's own stall marks) is no evidence the
             # rules read, and has no attempt or source for them to sort by
+        for key, runs in pending.items():
+            self._flush(key, runs)
         self._n = n
         if nccl_lines:
             self.nccl.add(nccl_lines)
+
+    def _run(self, run: LineRun, n: int, pending: dict[Any, list[tuple[int, LineRun]]]) -> int:
+        """A run numbered from ``n``: its first lines while its stream's head fills, the rest
+        held back until the batch ends (or the stream's next line), when only the newest
+        lines the tail can hold are made into lines. Returns its last line's number."""
+        key = (run.node, run.rank, Source.WORKER, False)
+        stream = self._stream_of.get(key)
+        if stream is None:
+            stream = self._stream_of[key] = _Stream(RANK_HEAD, RANK_TAIL, self._sinks, key)
+            self._streams.append(stream)
+        room = stream.head_max - len(stream.head)
+        if room > 0:
+            if key in pending:
+                self._flush(key, pending.pop(key))
+            for i, line in enumerate(run.head(room)):
+                self._sinks[key]((n + i, line))  # the adder changes once the head is full
+            if run.count <= room:
+                return n + run.count - 1
+            n, run = n + room, run.after(room)
+        held = pending.setdefault(key, [])
+        held.append((n, run))
+        while sum(r.count for _, r in held[1:]) >= RANK_TAIL:
+            held.pop(0)  # older than all the tail can hold
+        return n + run.count - 1
+
+    def _flush(self, key: Any, runs: list[tuple[int, LineRun]]) -> None:
+        add, need = self._sinks[key], RANK_TAIL
+        pieces: list[tuple[int, list[LogLine]]] = []
+        for first, run in reversed(runs):
+            take = min(need, run.count)
+            pieces.append((first + run.count - take, run.tail(take)))
+            need -= take
+            if need <= 0:
+                break
+        for start, lines in reversed(pieces):
+            for i, line in enumerate(lines):
+                add((start + i, line))
 
     def seed(self, store: Store) -> None:
         """What an attached run's store rebuilt from disk, before following resumes: the

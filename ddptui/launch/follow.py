@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ddptui.config.secrets import Masker
-from ddptui.events import Event, Level, LogLine, NodeState, NodeStatus, Source, ssh_line
+from ddptui.events import Event, Level, LineRun, LogLine, NodeState, NodeStatus, Source, ssh_line
 from ddptui.ingest import parse_chunk, split_complete
 from ddptui.launch import nodeops
 from ddptui.nodelog import NodeLogParser
@@ -256,7 +256,8 @@ class NodeFollower(threading.Thread):
     def _parse_and_emit(self, raw: BinaryIO, complete: bytes) -> None:
         events = self._take(raw, complete)
         if self._status is NodeStatus.RESTARTING and any(
-            isinstance(e, LogLine) and e.source is Source.WORKER for e in events
+            (type(e) is LogLine and e.source is Source.WORKER) or type(e) is LineRun
+            for e in events
         ):
             events.append(NodeState(self.node, NodeStatus.RUNNING, time.time(),
                                     f"attempt {self.parser.attempt}", self.pgid, None,
@@ -265,7 +266,8 @@ class NodeFollower(threading.Thread):
             if type(e) is NodeState:
                 self._status = e.status
         if not self._ranks_spoke:
-            self._ranks_spoke = any(type(e) is LogLine and e.rank is not None for e in events)
+            self._ranks_spoke = any((type(e) is LogLine and e.rank is not None)
+                                    or type(e) is LineRun for e in events)
         self._emit(events)
 
     def _drain(self, raw: BinaryIO) -> None:

@@ -20,6 +20,7 @@ from ddptui.events import (
     Event,
     Failure,
     Level,
+    LineRun,
     LogLine,
     Metric,
     NodeState,
@@ -88,6 +89,15 @@ def _records_by_file(events: Iterable[Event]) -> dict[str, list[str]]:
         if run:
             _rank_lines(run, shown, by_rank, per_file)
             run.clear()
+        if type(ev) is LineRun:  # plain lines: INFO, no record, in the all-ranks view
+            body = ev.text[:-1]
+            tag = f"[{ev.rank}] "
+            shown.append(tag + body.replace("\n", "\n" + tag))
+            ranked = by_rank.get(ev.rank)
+            if ranked is None:
+                ranked = by_rank[ev.rank] = per_file.setdefault(rundir.rank_log_name(ev.rank), [])
+            ranked.append(body)
+            continue
         line = ev.as_line() if isinstance(ev, Metric) else ev
         if isinstance(line, LogLine):
             if in_all_view(line):

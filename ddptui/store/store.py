@@ -19,6 +19,7 @@ from typing import Any
 from ddptui.events import (
     Event,
     Failure,
+    LineRun,
     LogLine,
     Metric,
     NodeState,
@@ -26,8 +27,9 @@ from ddptui.events import (
 )
 from ddptui.store import rundir
 from ddptui.store.mirror import Mirror, recover_to_checkpoint
+from ddptui.store.ring import LineRing
 from ddptui.store.telemetry import NodeTelemetry
-from ddptui.store.views import NodeView, RankView, RunInfo, Series, copy_node, tail
+from ddptui.store.views import NodeView, RankView, RunInfo, Series, copy_node
 from ddptui.telemetry.sample import NodeSample
 
 #: A change as a replica applies it: ("apply", events), ("run", changes), ("node", name, rank).
@@ -47,9 +49,9 @@ class Store:
         self.run_dir = run_dir
         self._lock = threading.Lock()  # readers vs the writer, held briefly
         self._write_lock = threading.Lock()  # writers among themselves, held across disk I/O
-        self._lines: deque[LogLine] = deque(maxlen=ring_lines)
+        self._lines = LineRing(ring_lines)
         self._seq = 0  # number of lines ever applied; the seq of the newest line
-        self._rank_lines: dict[int, deque[LogLine]] = {}
+        self._rank_lines: dict[int, LineRing] = {}
         self._rank_lines_max = rank_lines
         self._series: dict[tuple[int, str], Series] = {}
         self._series_max = series_points
@@ -106,7 +108,10 @@ class Store:
                     if run:
                         self._apply_lines(run)
                         run.clear()
-                    apply_one(ev)
+                    if type(ev) is LineRun:
+                        self._apply_run(ev)
+                    else:
+                        apply_one(ev)
                 if run:
                     self._apply_lines(run)
                 self.version += 1
@@ -130,8 +135,8 @@ class Store:
             return {
                 "limits": (self._lines.maxlen, self._rank_lines_max, self._series_max),
                 "seq": self._seq,
-                "lines": list(self._lines),
-                "rank_lines": {r: list(ring) for r, ring in self._rank_lines.items()},
+                "lines": self._lines.tail(),
+                "rank_lines": {r: ring.tail() for r, ring in self._rank_lines.items()},
                 "series": {k: (list(s.steps), list(s.values)) for k, s in self._series.items()},
                 "nodes": [copy_node(n) for n in self.nodes.values()],
                 "ranks": [RankView(**vars(r)) for r in self.ranks.values()],
@@ -153,7 +158,8 @@ class Store:
         s._seq = snapshot["seq"]
         s._lines.extend(snapshot["lines"])
         for r, lines in snapshot["rank_lines"].items():
-            s._rank_lines[r] = deque(lines, maxlen=rank_ring)
+            s._rank_lines[r] = LineRing(rank_ring)
+            s._rank_lines[r].extend(lines)
         for key, (steps, values) in snapshot["series"].items():
             s._series[key] = Series(deque(steps, maxlen=points), deque(values, maxlen=points))
         s.nodes = {n.name: n for n in snapshot["nodes"]}
@@ -196,7 +202,7 @@ class Store:
                 continue
             ring = self._rank_lines.get(rank)
             if ring is None:
-                ring = self._rank_lines[rank] = deque(maxlen=self._rank_lines_max)
+                ring = self._rank_lines[rank] = LineRing(self._rank_lines_max)
             ring.extend(group)
             rv = self.ranks.get(rank)
             if rv is None or rv.node != name or (node is not None and rank not in node.ranks):
@@ -205,6 +211,25 @@ class Store:
             rv.lines += len(group)
             rv.last_line_time = last.time
             rv.attempt = last.attempt
+
+    def _apply_run(self, run: LineRun) -> None:
+        """What :meth:`_apply_lines` does for a group, for a run of one rank's lines."""
+        self._seq += run.count
+        self._lines.add_run(run)
+        node = self.nodes.get(run.node)
+        if node is not None:
+            node.lines += run.count
+            node.last_line_time = run.time
+        ring = self._rank_lines.get(run.rank)
+        if ring is None:
+            ring = self._rank_lines[run.rank] = LineRing(self._rank_lines_max)
+        ring.add_run(run)
+        rv = self.ranks.get(run.rank)
+        if rv is None or rv.node != run.node or (node is not None and run.rank not in node.ranks):
+            rv = self._rank(run.rank, run.node, run.local_rank)
+        rv.lines += run.count
+        rv.last_line_time = run.time
+        rv.attempt = run.attempt
 
     def _apply_line(self, ev: LogLine) -> None:
         self._apply_lines([ev])
@@ -291,19 +316,18 @@ class Store:
             if limit is not None and take > limit:
                 skipped += take - limit
                 take = limit
-            lines = [self._lines[i] for i in range(available - take, available)]
-            return lines, newest, skipped
+            return self._lines.tail(take), newest, skipped
 
     def recent_lines(self, n: int | None = None) -> list[LogLine]:
         """The newest ``n`` lines of the all-ranks ring (all of it when ``n`` is None)."""
         with self._lock:
-            return tail(self._lines, n)
+            return self._lines.tail(n)
 
     def rank_tail(self, rank: int, n: int | None = None) -> list[LogLine]:
         """The newest ``n`` lines of one rank's ring (all of it when ``n`` is None)."""
         with self._lock:
             ring = self._rank_lines.get(rank)
-            return [] if ring is None else tail(ring, n)
+            return [] if ring is None else ring.tail(n)
 
     def series(self, rank: int, name: str) -> tuple[list[int], list[float]]:
         with self._lock:

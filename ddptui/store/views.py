@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from ddptui.events import LogLine, NodeStatus, RunStatus
+from ddptui.events import NodeStatus, RunStatus
 
 
 @dataclass
@@ -68,11 +68,3 @@ def copy_node(n: NodeView) -> NodeView:
     c = NodeView(**vars(n))
     c.ranks = set(n.ranks)
     return c
-
-
-def tail(ring: deque[LogLine], n: int | None) -> list[LogLine]:
-    """Indexing from the end: a deque cannot be sliced, and copying it all to slice a list
-    would cost the whole ring for a screenful."""
-    if n is None or n >= len(ring):
-        return list(ring)
-    return [ring[i] for i in range(len(ring) - n, len(ring))]

@@ -51,7 +51,7 @@ from scale_setup import ROOT, Cluster, Host, hosts_file, make_cluster, median
 sys.path.insert(0, str(ROOT))
 
 from ddptui.config import load_config
-from ddptui.events import LogLine
+from ddptui.events import LineRun, LogLine
 from ddptui.launch.controller import Controller
 from ddptui.launch.follow import Batch
 from ddptui.store import rundir
@@ -97,13 +97,24 @@ class Counter:
     def __call__(self, batch: Batch) -> None:
         now = time.time()
         for ev in batch.events:
-            if type(ev) is LogLine and ev.rank is not None and ev.text.startswith(self.prefix):
-                self.count += 1
-                if self.prefix == "P " and self.keep:
-                    try:
-                        self.latencies.append(now - float(ev.text.rsplit(" ", 1)[1]))
-                    except ValueError:  # torchrun's tee read a line half written: 2 lines
-                        self.torn += 1
+            if type(ev) is LineRun and self.prefix == "L ":  # a flood's lines, taken whole
+                self.count += ev.text.count("\nL ") + ev.text.startswith("L ")
+                continue
+            for line in ev.lines() if type(ev) is LineRun else (ev,):
+                if type(line) is LogLine and line.rank is not None \
+                        and line.text.startswith(self.prefix):
+                    self._line(line, now)
+        self._seen(now)
+
+    def _line(self, line: LogLine, now: float) -> None:
+        self.count += 1
+        if self.prefix == "P " and self.keep:
+            try:
+                self.latencies.append(now - float(line.text.rsplit(" ", 1)[1]))
+            except ValueError:  # a line torn in two on its way (torch's own tee did that)
+                self.torn += 1
+
+    def _seen(self, now: float) -> None:
         if self.count and not self.first:
             self.first = now
         if self.count >= self.expected and not self.all_in.is_set():

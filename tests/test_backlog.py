@@ -5,8 +5,10 @@ from __future__ import annotations
 import threading
 import time
 
-from ddptui.events import LogLine, NodeStatus
+from ddptui.events import LineRun, LogLine, NodeStatus
+from ddptui.ingest import parse_chunk
 from ddptui.launch.follow import Batch, EventQueue, Finished
+from ddptui.nodelog import NodeLogParser
 from ddptui.store.store import Store
 
 
@@ -51,3 +53,21 @@ def test_halt_releases_a_waiting_follower() -> None:
     store = Store()
     store.apply(q.get(timeout=1).events)  # type: ignore[union-attr]
     assert store.seq == 50 and q.events == 0
+
+
+def test_a_run_of_lines_counts_as_its_lines() -> None:
+    """A LineRun is one object holding thousands of lines: the bound is on lines."""
+    text = "".join(f"[ddptui 0 0] line {i}\n" for i in range(500))
+    events = parse_chunk(NodeLogParser("a"), text.encode(), 0.0)
+    assert [type(e) for e in events] == [LineRun]
+    q = EventQueue(limit=100)
+    q.put(Batch("a", events, {"a": len(text)}))
+    assert q.events == 500
+    halt = threading.Event()
+    t = threading.Thread(target=q.wait_room, args=(halt,), daemon=True)
+    t.start()
+    t.join(0.3)
+    assert t.is_alive(), "500 lines waiting: over the limit"
+    q.get(timeout=1)
+    t.join(2)
+    assert not t.is_alive() and q.events == 0

@@ -78,16 +78,22 @@ class Finished:
     exit_code: int | None
 
 
-#: Events read from the nodes and not yet taken by the consumer, beyond which a follower
-#: waits before its next read: a flood the controller cannot keep up with then waits on its
-#: node, in node.log, instead of in this process's memory. Unbounded, a 16-node flood
-#: piled up faster than one consumer could take it (16 reading threads against one).
+#: Events read from the nodes and not yet taken by the consumer (a LineRun counted as its
+#: lines), beyond which a follower waits before its next read: a flood the controller cannot
+#: keep up with then waits on its node, in node.log, instead of in this process's memory.
+#: Unbounded, a 16-node flood piled up faster than one consumer could take it (16 reading
+#: threads against one).
 BACKLOG_EVENTS = 100_000
 #: Followers parsing a read at once. Parsing holds the interpreter lock, so more at once is no
 #: faster, but each one holds a read's worth of lines twice over (text, then events): with 16
 #: nodes in a flood, all parsing 4 MiB reads together took the controller from 375 to 1,075
 #: MiB (bench/stream.py).
 PARSERS = 2
+
+
+def weight(events: list[Event]) -> int:
+    """What a batch holds, in lines: a LineRun is thousands of them in one object."""
+    return sum(e.count if type(e) is LineRun else 1 for e in events)
 
 
 class EventQueue(queue.Queue[Batch | Finished]):
@@ -104,12 +110,12 @@ class EventQueue(queue.Queue[Batch | Finished]):
     def _put(self, item: Batch | Finished) -> None:
         super()._put(item)
         if type(item) is Batch:
-            self.events += len(item.events)
+            self.events += weight(item.events)
 
     def _get(self) -> Batch | Finished:
         item = super()._get()
         if type(item) is Batch:
-            self.events -= len(item.events)
+            self.events -= weight(item.events)
             self.room.notify_all()
         return item
 

@@ -188,32 +188,42 @@ def catch_up(run_id: str, run_dir: Path, root: Path) -> float:
     return took
 
 
+#: The tee watcher, in a process of its own so that it takes no time from the controller's.
+TEE_WATCH = """
+import sys, time
+n, paths = int(sys.argv[1]), sys.argv[2:]
+seen, offsets, end = [0] * len(paths), [0] * len(paths), time.monotonic() + %d
+while sum(seen) < n and time.monotonic() < end:
+    for i, path in enumerate(paths):
+        with open(path, "rb") as f:
+            f.seek(offsets[i])
+            data = f.read()
+        cut = data.rfind(b"\\n") + 1
+        offsets[i] += cut
+        seen[i] += data[:cut].count(b"] L ")
+    time.sleep(0.005)
+print(time.time(), flush=True)
+"""
+
+
 def tee_watch(ctl: Controller, n: int, lines: int) -> list[float]:
     """When the nodes' own ``node.log`` files held every line (torchrun's --tee wrote them).
 
     The hosts share this machine's file system, so the remote files are read here directly,
-    at no cost to the SSH path. The returned list gets the time once it is known.
+    at no cost to the SSH path, by a process of its own. The returned list gets the time once
+    it is known.
     """
     out: list[float] = []
     nodes = ctl.plan.nodes if ctl.plan is not None else ()
-    paths = [Path(rundir.in_node_dir(nl.node_dir, rundir.NODE_LOG)) for nl in nodes]
+    paths = [rundir.in_node_dir(nl.node_dir, rundir.NODE_LOG) for nl in nodes]
+    proc = subprocess.Popen([sys.executable, "-c", TEE_WATCH % TIMEOUT_S, str(n * lines), *paths],
+                            stdout=subprocess.PIPE, text=True)
 
-    def watch() -> None:
-        seen = [0] * len(paths)
-        offsets = [0] * len(paths)
-        end = time.monotonic() + TIMEOUT_S
-        while sum(seen) < n * lines and time.monotonic() < end:
-            for i, path in enumerate(paths):
-                with open(path, "rb") as f:
-                    f.seek(offsets[i])
-                    data = f.read()
-                cut = data.rfind(b"\n") + 1
-                offsets[i] += cut
-                seen[i] += data[:cut].count(b"] L ")
-            time.sleep(0.005)
-        out.append(time.time())
+    def wait() -> None:
+        said = proc.communicate(timeout=TIMEOUT_S + 30)[0].strip()
+        out.append(float(said) if said else time.time())
 
-    threading.Thread(target=watch, daemon=True).start()
+    threading.Thread(target=wait, daemon=True).start()
     return out
 
 

@@ -26,6 +26,7 @@ from ddptui.config import HostsConfig, NodeConfig
 from ddptui.config.secrets import config_masker
 from ddptui.events import Level, NodeState, NodeStatus, RunStatus, ssh_line
 from ddptui.launch import liveness, nodeops, sequence, withheld
+from ddptui.launch.attach import reopen
 from ddptui.launch.evidence import Evidence
 from ddptui.launch.follow import (
     Batch,
@@ -33,7 +34,6 @@ from ddptui.launch.follow import (
     Finished,
     NodeFollower,
     read_size,
-    replay_raw_logs,
     tune_gc,
 )
 from ddptui.launch.outcome import LaunchError, RunResult, StopReport, run_exit_code
@@ -46,8 +46,8 @@ from ddptui.nccl import NcclFacts
 from ddptui.nodelog import NodeLogParser
 from ddptui.store import rundir
 from ddptui.store.owner import this_controller
-from ddptui.store.runs import no_run, read_run, write_run
 from ddptui.store.runs import state_root as resolve_state_root
+from ddptui.store.runs import write_run
 from ddptui.store.store import Store
 from ddptui.transport.base import Transport
 
@@ -363,37 +363,6 @@ class Controller:
     @classmethod
     def attach(cls, run_id: str, *, state_root: Path | None = None, poll: float = 0.2,
                follow: bool = True) -> Controller:
-        """Reopen a run: rebuild the store from the local mirror, resume every node's log."""
-        root = resolve_state_root(state_root)
-        try:
-            meta = read_run(root, run_id)
-        except (OSError, ValueError) as e:
-            raise LaunchError([no_run(root, run_id, e)]) from None
-        config = HostsConfig.from_dict(meta["config"])
-        ctl = cls(config, state_root=root, run_id=run_id, poll=poll)
-        ctl._meta = {**meta, "controller": this_controller()}
-        ctl._meta["nodes"] = {n["name"]: n for n in meta.get("nodes", [])}
-        if not ctl._meta["nodes"]:
-            raise LaunchError([f"run {run_id} never started on any node "
-                               f"(status {meta.get('status')})"])
-        ctl._pgids = {n: v.get("pgid") for n, v in ctl._meta["nodes"].items()}
-        # the new store has opened no mirror file yet, so recovery may truncate them
-        parsers = replay_raw_logs(ctl.store, ctl.local_dir, [n.name for n in config.nodes])
-        ctl.evidence.seed(ctl.store)
-        ctl.evidence.nccl.reread(ctl.local_dir, [n.name for n in config.nodes], meta.get("nccl"))
-        ctl.store.set_run(run_id=run_id, status=RunStatus.RUNNING,
-                          started_at=meta.get("started_at"),
-                          world_size=meta.get("world_size"))
-        errors = map_at_once(list(config.nodes), ctl._reconnect)
-        problems = [str(e) for e in errors if isinstance(e, Exception)]
-        if problems and len(problems) == len(errors):
-            ctl._close_transports()
-            raise LaunchError(problems)
-        liveness.follow_unreached(ctl, errors)
-        ctl.config = withheld.recover(config, ctl.transports,
-                                      {n: v["run_dir"] for n, v in ctl._meta["nodes"].items()})
-        ctl.masker = config_masker(ctl.config)
-        ctl.write_meta()  # run.json names this controller now: the run is not stale
-        if follow:
-            ctl.start_following(parsers)
-        return ctl
+        """Reopen a run: rebuild the store from the local mirror, resume every node's log
+        (:func:`ddptui.launch.attach.reopen`)."""
+        return reopen(cls, run_id, state_root=state_root, poll=poll, follow=follow)

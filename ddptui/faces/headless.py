@@ -61,8 +61,8 @@ class Printer:
         for ev in batch.events:
             if isinstance(ev, LogLine):
                 parts.append(format_line(ev))
-            elif type(ev) is LineRun:
-                tag = f"[{ev.node} r{ev.rank}] "  # line_prefix's, for a rank's own lines
+            elif type(ev) is LineRun:  # each line as format_line would print it
+                tag = format_line(LogLine(ev.node, "", ev.time, rank=ev.rank))
                 parts.append(tag + ev.text[:-1].replace("\n", "\n" + tag))
             elif isinstance(ev, NodeState):
                 parts.append(format_state(ev))

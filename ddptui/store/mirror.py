@@ -91,7 +91,7 @@ def _records_by_file(events: Iterable[Event]) -> dict[str, list[str]]:
             run.clear()
         if type(ev) is LineRun:  # plain lines: INFO, no record, in the all-ranks view
             body = ev.text[:-1]
-            tag = f"[{ev.rank}] "
+            tag = all_view_text(LogLine(ev.node, "", ev.time, rank=ev.rank))  # each line's
             shown.append(tag + body.replace("\n", "\n" + tag))
             ranked = by_rank.get(ev.rank)
             if ranked is None:

@@ -28,8 +28,12 @@ _LEVEL_HINTS = ("Error", "Exception", "Traceback", "FAILED", "arn", "WARN")
 #: search runs in C from one to the next, where a ``^`` anchor would try every character.
 _GLOG_LINE_RE = re.compile(r"\] [IWEF]\d{4} ")
 _IDS: dict[str, tuple[int, int]] = {}
-#: What makes a rank line other than a plain INFO line: a level word, NCCL, a record.
-_SPECIAL = (*_LEVEL_HINTS, "NCCL", METRIC_MARK)
+#: What makes a rank line other than a plain INFO line: a word without which
+#: ``classify_level``'s expressions match nothing (a WARNING holds "WARN" or "arning", an
+#: ERROR one of the first four), NCCL, a record. Each is looked for only where its first
+#: letter is: one character is a memchr, a word is not, and a flood is scanned for all eight.
+_SPECIAL = ("Error", "Exception", "Traceback", "FAILED", "arning", "WARN", "NCCL", METRIC_MARK)
+_GATED = tuple((word[0], word) for word in _SPECIAL)
 #: A rank line's prefix, ASCII digits only (any other goes the general way).
 _PREFIX_RE = re.compile(r"\[ddptui ([0-9]+) ([0-9]+)\] ")
 #: Lines in a row of one rank from which they are kept as one LineRun: shorter runs (a job
@@ -137,7 +141,8 @@ def _run_end(prefix: str) -> re.Pattern[str]:
 
 def _plain(run: str) -> bool:
     """INFO throughout, and no line the parser makes anything else of (see _rank_lines)."""
-    return not any(w in run for w in _SPECIAL) and not _GLOG_LINE_RE.search(run)
+    return not any(g in run and w in run for g, w in _GATED) \
+        and not _GLOG_LINE_RE.search(run)
 
 
 def _lines(parser: NodeLogParser, text: str, now: float) -> list[Event]:

@@ -20,12 +20,16 @@ from ddptui.store.ring import LineRing
 from ddptui.store.store import Store
 
 #: What a flood's node.log holds, and what may come amid it.
-PLAIN = ["step {i} loss 0.25 tokens/s 51234", "", "a line with ] inside] {i}", "x" * 300]
+PLAIN = ["step {i} loss 0.25 tokens/s 51234", "", "a line with ] inside] {i}", "x" * 300,
+         "Epoch {i}: lr 3e-4, Elapsed 1.2 s, Tokens 5, Norm 1.0, Fwd 2 ms"]
 ODD = ["[ddptui 1 1] Traceback (most recent call last):", "[ddptui 0 0] UserWarning: careful",
        '[ddptui 1 1] @ddptui {"v": 1, "kind": "metric", "step": 3, "loss": 1.5}',
        "[ddptui 0 0] node1:1:1 [0] NCCL INFO Bootstrap", "plain agent line",
        "[WARNING] Worker group FAILED. 2/3 attempts left; will restart worker group",
-       "[ddptui 2 0] I1122 20:16:43.507000 123 api.py:1] glog info", "[ddptui 01 1] zero"]
+       "[ddptui 2 0] I1122 20:16:43.507000 123 api.py:1] glog info", "[ddptui 01 1] zero",
+       "[ddptui 0 0] warning: low memory", "[ddptui 1 1] RuntimeWarning: overflow",
+       "[ddptui 2 0] model.Error: bad", "[ddptui 0 0] a WARN here",
+       "[ddptui 1 1] Warnings: 3 (not a warning)"]
 
 
 def expand(events: list[Event]) -> list[Event]:

@@ -9,7 +9,7 @@ import random
 from collections import deque
 from pathlib import Path
 
-from ddptui.engine.wire import Backlog
+from ddptui.engine.wire import Backlog, apply_change, decode, encode
 from ddptui.events import Event, LineRun, LogLine, Source
 from ddptui.faces.headless import Printer
 from ddptui.ingest import MIN_RUN, parse_chunk
@@ -17,7 +17,7 @@ from ddptui.launch.evidence import RANK_HEAD, RANK_TAIL, Evidence
 from ddptui.launch.follow import Batch
 from ddptui.nodelog import NodeLogParser
 from ddptui.store.ring import LineRing
-from ddptui.store.store import Store
+from ddptui.store.store import Change, Store
 
 #: What a flood's node.log holds, and what may come amid it.
 PLAIN = ["step {i} loss 0.25 tokens/s 51234", "", "a line with ] inside] {i}", "x" * 300,
@@ -187,6 +187,24 @@ def test_the_dashboard_backlog_leaves_out_part_of_a_run() -> None:
     assert changes[0] == ("skip", 160)
     kept = [ln.text for ch in changes[1:] for ln in expand(ch[1])]
     assert kept == [f"line {i}" for i in range(60, 100)]
+
+
+def test_a_replica_over_the_wire_ends_as_the_store_it_follows(tmp_path: Path) -> None:
+    """The dashboard's side: changes are pickled with runs whole, applied to a replica."""
+    store = Store(tmp_path / "run")
+    store.add_node("a", 0)
+    replica = Store.replica(store.subscribe(lambda _change: None))
+    sent: list[Change] = []
+    store.subscribe(sent.append)
+    for batch in batches(4):
+        store.apply(batch, {})
+    for change in decode(encode(sent)):
+        apply_change(replica, change)
+    assert any(type(e) is LineRun for ch in sent for e in ch[1])
+    assert replica.seq == store.seq
+    assert replica.recent_lines() == store.recent_lines()
+    assert replica.rank_views() == store.rank_views()
+    store.close()
 
 
 def test_the_headless_printer_prints_a_run_as_its_lines() -> None:

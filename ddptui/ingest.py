@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 
 from ddptui.events import METRIC_MARK, Event, Level, LineRun, LogLine, Source, classify_level
-from ddptui.nodelog import NodeLogParser
+from ddptui.nodelog import PREFIX_RE, NodeLogParser
 
 #: A rank line whole, as torchrun prefixes it (events.PREFIX_TEMPLATE): its ids, its text.
 _RANK_LINE_RE = re.compile(r"^\[ddptui (\d+ \d+)\] ([^\n]*)$", re.M)
@@ -34,8 +34,6 @@ _IDS: dict[str, tuple[int, int]] = {}
 #: letter is: one character is a memchr, a word is not, and a flood is scanned for all eight.
 _SPECIAL = ("Error", "Exception", "Traceback", "FAILED", "arning", "WARN", "NCCL", METRIC_MARK)
 _GATED = tuple((word[0], word) for word in _SPECIAL)
-#: A rank line's prefix, ASCII digits only (any other goes the general way).
-_PREFIX_RE = re.compile(r"\[ddptui ([0-9]+) ([0-9]+)\] ")
 #: Lines in a row of one rank from which they are kept as one LineRun: shorter runs (a job
 #: printing slowly, or torch's own tee interleaving ranks line by line) go the general way.
 MIN_RUN = 16
@@ -69,7 +67,7 @@ def _runs(parser: NodeLogParser, text: str, now: float) -> list[Event]:
     pos, end = 0, len(text)
     short = 0  # runs too short in a row: lines interleaved line by line, no runs to find
     while pos < end and short < GIVE_UP:
-        m = _PREFIX_RE.match(text, pos)
+        m = PREFIX_RE.match(text, pos)
         if m is None:  # an agent's line amid the ranks' ones
             if slow < 0:
                 slow = pos

@@ -27,7 +27,8 @@ from ddptui.events import (
     split_metric,
 )
 
-_PREFIX_RE = re.compile(r"\[ddptui (\d+) (\d+)\] ")
+#: A rank line's prefix (events.PREFIX_TEMPLATE): its global and local rank.
+PREFIX_RE = re.compile(r"\[ddptui (\d+) (\d+)\] ")
 _RESTART_RE = re.compile(r"Worker group (FAILED|UNHEALTHY)\. (\d+)/(\d+) attempts left")
 # Healthy workers restarted so that another node's may rejoin: torch counts no attempt, ddptui
 # does (it is the same restart of the job), so every node shows the same attempt.
@@ -59,7 +60,7 @@ class NodeLogParser:
 
     def feed(self, line: str, time: float) -> list[Event]:
         line = line.rstrip("\r\n")
-        m = _PREFIX_RE.match(line)
+        m = PREFIX_RE.match(line)
         if m is not None:
             rank, local_rank = int(m.group(1)), int(m.group(2))
             text = line[m.end():]

@@ -72,9 +72,8 @@ class Evidence:
 
     def __init__(self) -> None:
         self._n = 0  # arrival order across streams, which the rules' block parsing needs
-        self._streams: list[_Stream] = []
         self._sinks: dict[Any, Callable[[_Item], None]] = {}
-        self._stream_of: dict[Any, _Stream] = {}
+        self._stream_of: dict[Any, _Stream] = {}  # in the order they began
         self._states = _Stream(STATE_HEAD, STATE_TAIL, {}, None)
         self._metrics: dict[tuple[str, int], _Item] = {}
         #: The run's NCCL facts, fed here because this loop looks at every line already.
@@ -99,10 +98,7 @@ class Evidence:
                     self._flush(key, pending.pop(key))
                 add = sinks.get(key)
                 if add is None:
-                    stream = self._stream_of[key] = (
-                        _Stream(RANK_HEAD, RANK_TAIL, sinks, key) if rank is not None
-                        else _Stream(NODE_HEAD, NODE_TAIL, sinks, key))
-                    self._streams.append(stream)
+                    self._stream(key, rank)
                     add = sinks[key]
                 add((n, ev))
             elif type(ev) is LineRun:  # a rank's plain lines: see _run
@@ -126,10 +122,7 @@ class Evidence:
         held back until the batch ends (or the stream's next line), when only the newest
         lines the tail can hold are made into lines. Returns its last line's number."""
         key = (run.node, run.rank, Source.WORKER, False)
-        stream = self._stream_of.get(key)
-        if stream is None:
-            stream = self._stream_of[key] = _Stream(RANK_HEAD, RANK_TAIL, self._sinks, key)
-            self._streams.append(stream)
+        stream = self._stream(key, run.rank)
         room = stream.head_max - len(stream.head)
         if room > 0:
             if key in pending:
@@ -144,6 +137,14 @@ class Evidence:
         while sum(r.count for _, r in held[1:]) >= RANK_TAIL:
             held.pop(0)  # older than all the tail can hold
         return n + run.count - 1
+
+    def _stream(self, key: Any, rank: int | None) -> _Stream:
+        stream = self._stream_of.get(key)
+        if stream is None:
+            stream = self._stream_of[key] = (
+                _Stream(RANK_HEAD, RANK_TAIL, self._sinks, key) if rank is not None
+                else _Stream(NODE_HEAD, NODE_TAIL, self._sinks, key))
+        return stream
 
     def _flush(self, key: Any, runs: list[tuple[int, LineRun]]) -> None:
         add, need = self._sinks[key], RANK_TAIL
@@ -169,11 +170,12 @@ class Evidence:
         self.add(store.failure_list())
 
     def __len__(self) -> int:
-        return sum(len(s) for s in self._streams) + len(self._states) + len(self._metrics)
+        return (sum(len(s) for s in self._stream_of.values()) + len(self._states)
+                + len(self._metrics))
 
     def events(self) -> list[Event]:
         """Everything kept, in the order it arrived."""
-        items = [it for s in self._streams for it in s.items()]
+        items = [it for s in self._stream_of.values() for it in s.items()]
         items.extend(self._states.items())
         items.extend(self._metrics.values())
         items.sort(key=lambda it: it[0])

@@ -194,42 +194,40 @@ class Store:
         last_time = {run[-1].node: run[-1].time} if len(groups) == 1 else {
             ev.node: ev.time for ev in run}
         for (name, rank), group in groups.items():
-            node = self.nodes.get(name)
-            if node is not None:
-                node.lines += len(group)
-                node.last_line_time = last_time[name]
-            if rank is None:
-                continue
-            ring = self._rank_lines.get(rank)
-            if ring is None:
-                ring = self._rank_lines[rank] = LineRing(self._rank_lines_max)
-            ring.extend(group)
-            rv = self.ranks.get(rank)
-            if rv is None or rv.node != name or (node is not None and rank not in node.ranks):
-                rv = self._rank(rank, name, group[0].local_rank)
             last = group[-1]
-            rv.lines += len(group)
-            rv.last_line_time = last.time
-            rv.attempt = last.attempt
+            ring = self._count(name, rank, group[0].local_rank, len(group), last_time[name],
+                               last.time, last.attempt)
+            if ring is not None:
+                ring.extend(group)
 
     def _apply_run(self, run: LineRun) -> None:
         """What :meth:`_apply_lines` does for a group, for a run of one rank's lines."""
         self._seq += run.count
         self._lines.add_run(run)
-        node = self.nodes.get(run.node)
-        if node is not None:
-            node.lines += run.count
-            node.last_line_time = run.time
-        ring = self._rank_lines.get(run.rank)
-        if ring is None:
-            ring = self._rank_lines[run.rank] = LineRing(self._rank_lines_max)
+        ring = self._count(run.node, run.rank, run.local_rank, run.count, run.time, run.time,
+                           run.attempt)
+        assert ring is not None  # a run is a rank's
         ring.add_run(run)
-        rv = self.ranks.get(run.rank)
-        if rv is None or rv.node != run.node or (node is not None and run.rank not in node.ranks):
-            rv = self._rank(run.rank, run.node, run.local_rank)
-        rv.lines += run.count
-        rv.last_line_time = run.time
-        rv.attempt = run.attempt
+
+    def _count(self, name: str, rank: int | None, local_rank: int | None, count: int,
+               node_time: float, rank_time: float, attempt: int) -> LineRing | None:
+        """``count`` new lines of (node, rank) on their views; the rank's ring, for them."""
+        node = self.nodes.get(name)
+        if node is not None:
+            node.lines += count
+            node.last_line_time = node_time
+        if rank is None:
+            return None
+        ring = self._rank_lines.get(rank)
+        if ring is None:
+            ring = self._rank_lines[rank] = LineRing(self._rank_lines_max)
+        rv = self.ranks.get(rank)
+        if rv is None or rv.node != name or (node is not None and rank not in node.ranks):
+            rv = self._rank(rank, name, local_rank)
+        rv.lines += count
+        rv.last_line_time = rank_time
+        rv.attempt = attempt
+        return ring
 
     def _apply_line(self, ev: LogLine) -> None:
         self._apply_lines([ev])

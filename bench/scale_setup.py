@@ -37,8 +37,21 @@ def next_port() -> int:
     return next(_ports)
 
 
+def with_bytecode(root: Path) -> None:
+    """ddptui's bytecode, as an install has it (pip compiles it then; a first run writes it):
+    this machine sets PYTHONDONTWRITEBYTECODE=1, which would make every ``ddptui`` the
+    benchmarks start compile its hundred modules again (0.1 s of each start-up). Kept under
+    ``root``, for every process the benchmark starts here; the nodes' torch has its own."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = str(root / "pycache")
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "ddptui")],
+                   check=True, stdout=subprocess.DEVNULL)
+
+
 def make_cluster(k: int, root: Path | None = None) -> Cluster:
+    """The cluster (and ddptui's bytecode under its root, see :func:`with_bytecode`)."""
     root = root or Path(tempfile.mkdtemp(prefix="ddptui-bench-cluster-"))
+    with_bytecode(root)
     t0 = time.perf_counter()
     c = Cluster.create(root, k)
     print(f"cluster of {k} namespace hosts built in {time.perf_counter() - t0:.2f} s",

@@ -25,7 +25,7 @@ from typing import Any
 from ddptui.config import HostsConfig, NodeConfig
 from ddptui.config.secrets import config_masker
 from ddptui.events import Level, NodeState, NodeStatus, RunStatus, ssh_line
-from ddptui.launch import liveness, nodeops, sequence, withheld
+from ddptui.launch import liveness, nodeops, sequence, torchrun_tee, withheld
 from ddptui.launch.attach import reopen
 from ddptui.launch.evidence import Evidence
 from ddptui.launch.follow import (
@@ -76,6 +76,10 @@ class Controller:
         self.plan: Plan | None = None
         #: Run the fast preflight before starting anything (``--no-preflight``: False).
         self.preflight = True
+        #: Start torchrun held before the probe, preflight and sync (``sequence.launch``),
+        #: and how long it holds at most.
+        self.early_start = True
+        self.hold_s = torchrun_tee.HOLD_S
         self.result: RunResult | None = None
         self.poll = poll
         self.transports: dict[str, Transport] = {}
@@ -153,28 +157,40 @@ class Controller:
         """Start the run on every node, all or nothing (see :mod:`ddptui.launch.sequence`)."""
         sequence.launch(self)
 
-    def record_pgid(self, name: str, pgid: int) -> None:
+    def record_pgid(self, name: str, pgid: int | None) -> None:
         self._pgids[name] = pgid
         self._meta["nodes"][name]["pgid"] = pgid
 
+    def pgid(self, name: str) -> int | None:
+        return self._pgids.get(name)
+
     def abort(self, problems: list[str], *, cleanup: bool, kill: bool = False) -> None:
-        """Undo a launch on every node, then raise: all or nothing."""
+        """Undo a launch on every node, then raise: all or nothing. A node already started
+        (early, see ``sequence.launch``) is always stopped and its node dir removed."""
         problems = [self.masker.text(p) for p in problems]
-        if kill and self.plan is not None:
+        started = any(p is not None for p in self._pgids.values())
+        if (kill or started) and self.plan is not None:
             self._stopping.set()
-            map_at_once([launch.node.name for launch in self.plan.nodes],
-                        lambda name: self._stop_node(name, 2.0))
-        if cleanup and self.plan is not None:
-            def remove_node_dir(node_launch: NodeLaunch) -> None:
-                transport = self.transports.get(node_launch.node.name)
-                if transport is not None:
-                    transport.run(nodeops.remove_run_cmd(node_launch.node_dir), timeout=30)
-            map_at_once(list(self.plan.nodes), remove_node_dir)
+        self.undo(kill=kill or started, cleanup=cleanup or started)
         self._close_transports()
         self.store.set_run(status=RunStatus.FAILED, message=problems[0], ended_at=time.time())
         self.write_meta(status=RunStatus.FAILED, error=problems, ended_at=time.time())
         self.store.close()
         raise LaunchError(problems)
+
+    def undo(self, *, kill: bool, cleanup: bool) -> None:
+        """Stop what the launch started and remove the node dirs it wrote, on every node."""
+        if self.plan is None:
+            return
+        names = [launch.node.name for launch in self.plan.nodes]
+        if kill:
+            map_at_once(names, lambda name: self._stop_node(name, 2.0))
+        if cleanup:
+            def remove_node_dir(node_launch: NodeLaunch) -> None:
+                transport = self.transports.get(node_launch.node.name)
+                if transport is not None:
+                    transport.run(nodeops.remove_run_cmd(node_launch.node_dir), timeout=30)
+            map_at_once(list(self.plan.nodes), remove_node_dir)
 
     def _close_transports(self) -> None:
         for transport in self.transports.values():

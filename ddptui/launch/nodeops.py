@@ -19,6 +19,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from ddptui.launch import torchrun_tee
 from ddptui.store import rundir
 from ddptui.sync import remote
 
@@ -243,6 +244,20 @@ def start_cmd(node_dir: str) -> str:
         f"cd {d} && (setsid sh {rundir.LAUNCH_SCRIPT} >> {rundir.NODE_LOG} 2>&1 < /dev/null &)"
         " && echo started"
     )
+
+
+def restart_cmd(node_dir: str) -> str:
+    """What an expired hold left (its pgid, ``expired``; it writes no exit code) removed,
+    then :func:`start_cmd` again, with the hold file back."""
+    d = shlex.quote(node_dir)
+    return (f"cd {d} && rm -f {rundir.PGID} {torchrun_tee.EXPIRED} && "
+            f": > {rundir.HOLD} && {start_cmd(node_dir)}")
+
+
+def release_cmd(hold: str) -> str:
+    """Rename the hold file to ``go`` (atomic: the hold, giving up, renames it too)."""
+    go = posixpath.join(posixpath.dirname(hold), torchrun_tee.GO)
+    return f"mv -- {shlex.quote(hold)} {shlex.quote(go)}"
 
 
 def alive_cmd(pgid: int) -> str:

@@ -19,12 +19,11 @@ from datetime import UTC, datetime
 from ddptui import events
 from ddptui.config import HostsConfig, NodeConfig
 from ddptui.config.values import ENV_NAME
+from ddptui.launch.torchrun_tee import EXIT_NO_PROJECT, EXIT_NOT_RELEASED
 from ddptui.store import rundir
 
 #: launch.sh exits with this when the node dir is gone: no torchrun was started.
 EXIT_NO_RUN_DIR = 97
-#: launch.sh records this exit code when the project directory is gone: no torchrun started.
-EXIT_NO_PROJECT = 98
 
 _ENV_NAME_RE = re.compile(f"{ENV_NAME}\\Z")
 
@@ -42,6 +41,12 @@ class NodeLaunch:
     #: The ranks' working directory, first on PYTHONPATH: the synced tree or the in-place
     #: project; None for the bundled worker, which runs from the node dir.
     project_dir: str | None = None
+    #: Started early: torchrun imports torch, then holds until the controller releases it.
+    held: bool = False
+
+    @property
+    def hold_path(self) -> str:
+        return rundir.in_node_dir(self.node_dir, rundir.HOLD)
 
     @property
     def log_dir(self) -> str:
@@ -104,6 +109,7 @@ def make_plan(
     worker_module: str = rundir.WORKER_PACKAGE,
     script_paths: Mapping[str, str] | None = None,
     project_dirs: Mapping[str, str] | None = None,
+    hold_s: float | None = None,
 ) -> Plan:
     """One :class:`NodeLaunch` per node, in node-rank order.
 
@@ -134,7 +140,8 @@ def make_plan(
         env = node_env(config, node, run_id, rank)
         launches.append(NodeLaunch(
             node, rank, ndir, argv, env,
-            launch_script(run_id, node.name, rank, ndir, argv, env, project), project))
+            launch_script(run_id, node.name, rank, ndir, argv, env, project, hold_s), project,
+            hold_s is not None))
     counts = [n.nproc_per_node for n in config.nodes if isinstance(n.nproc_per_node, int)]
     world = sum(counts) if len(counts) == len(config.nodes) else None
     return Plan(run_id, tuple(launches), world)
@@ -248,7 +255,7 @@ def _comment(text: str) -> str:
 
 def launch_script(
     run_id: str, name: str, node_rank: int, ndir: str, argv: tuple[str, ...],
-    env: Mapping[str, str], project: str | None = None,
+    env: Mapping[str, str], project: str | None = None, hold_s: float | None = None,
 ) -> str:
     """The POSIX sh the controller starts detached with ``setsid sh launch.sh``.
 
@@ -256,7 +263,9 @@ def launch_script(
     the exit code through a rename so a reader never sees half of it. With a ``project``,
     torchrun runs in it, with it first on ``PYTHONPATH`` (as ``cd project && torchrun``
     would, plus the root importable from any script below it); the node dir's files are
-    written by absolute path.
+    written by absolute path. With ``hold_s``, torchrun starts in the node dir, holds (see
+    :mod:`ddptui.launch.torchrun_tee`) and enters the project itself once released: the
+    synced tree may not exist yet when it starts.
     """
     for key in env:
         if not _ENV_NAME_RE.match(key):
@@ -274,11 +283,18 @@ def launch_script(
         *(f"export {key}={quote(env[key])}" for key in sorted(env)),
     ]
     command = " ".join(quote(a) for a in argv)
-    if project is None:
+    if project is not None:
+        lines.append(f'export PYTHONPATH={quote(project)}"${{PYTHONPATH:+:$PYTHONPATH}}"')
+    if hold_s is not None:
+        lines += [f"export DDPTUI_HOLD={quote(rundir.in_node_dir(ndir, rundir.HOLD))}",
+                  f"export DDPTUI_HOLD_S={_number(hold_s)}",
+                  *([f"export DDPTUI_CWD={quote(project)}"] if project is not None else [])]
+    if project is None or hold_s is not None:
         lines += [command, "rc=$?"]
+    if hold_s is not None:  # nothing ran: no exit code, for the start that follows to write
+        lines.append(f'[ "$rc" -eq {EXIT_NOT_RELEASED} ] && exit "$rc"')
     else:
         lines += [
-            f'export PYTHONPATH={quote(project)}"${{PYTHONPATH:+:$PYTHONPATH}}"',
             f"if cd {quote(project)}; then",
             f"  {command}",
             "  rc=$?",

@@ -45,22 +45,27 @@ def probe_node(node: NodeConfig, config: HostsConfig) -> tuple[Transport, nodeop
     """Connect and check the interpreter and torch; the open transport is kept for reuse."""
     transport = connect(node, config)
     try:
-        res = transport.run(nodeops.probe_cmd(node.python), timeout=60)
-        probe = nodeops.parse_probe(res.stdout)
-        where = f"node {node.name} ({node.host})"
-        if res.exit_code == 127 or probe is None:
-            detail = (res.stderr.strip() or res.stdout.strip()).splitlines()
-            raise LaunchError([
-                f"{where}: the python interpreter {node.python!r} does not exist or does not "
-                f"run there (exit code {res.exit_code}: {detail[-1] if detail else 'no output'}"
-                "). Set `python:` for this node (or in `defaults:`) to an interpreter that has "
-                "torch installed."])
-        if probe.torch is None:
-            raise LaunchError([
-                f"{where}: {node.python} ({probe.python}, Python {probe.version}) cannot import "
-                f"torch: {probe.torch_error}. Install torch there or point `python:` at an "
-                "environment that has it."])
-        return transport, probe, transport.home()
+        return transport, probe(node, transport), transport.home()
     except BaseException:
         transport.close()
         raise
+
+
+def probe(node: NodeConfig, transport: Transport) -> nodeops.Probe:
+    """The node's interpreter and torch, or a :class:`LaunchError` that says how to fix them."""
+    res = transport.run(nodeops.probe_cmd(node.python), timeout=60)
+    found = nodeops.parse_probe(res.stdout)
+    where = f"node {node.name} ({node.host})"
+    if res.exit_code == 127 or found is None:
+        detail = (res.stderr.strip() or res.stdout.strip()).splitlines()
+        raise LaunchError([
+            f"{where}: the python interpreter {node.python!r} does not exist or does not "
+            f"run there (exit code {res.exit_code}: {detail[-1] if detail else 'no output'}"
+            "). Set `python:` for this node (or in `defaults:`) to an interpreter that has "
+            "torch installed."])
+    if found.torch is None:
+        raise LaunchError([
+            f"{where}: {node.python} ({found.python}, Python {found.version}) cannot import "
+            f"torch: {found.torch_error}. Install torch there or point `python:` at an "
+            "environment that has it."])
+    return found

@@ -1,4 +1,5 @@
-"""Putting one planned node in place: its node dir filled, then ``launch.sh`` started.
+"""Putting one planned node in place: its node dir filled, then ``launch.sh`` started (and,
+when it was started early and holds, released).
 
 Kept apart from the controller's bookkeeping so that each step reads as what it does on the
 node; the controller runs them on every node at once and undoes them all if one fails.
@@ -20,6 +21,8 @@ from ddptui.transport.base import Transport
 
 #: How long launch.sh may take to write its pgid before the node counts as not started.
 START_TIMEOUT_S = 15
+#: Between two looks for the pgid launch.sh writes first thing (a few ms after its start).
+PGID_POLL_S = 0.01
 
 
 def worker_files() -> list[Path]:
@@ -58,12 +61,15 @@ def upload(transport: Transport, node_launch: NodeLaunch, job: JobConfig) -> Non
     transport.put_bytes(node_launch.script.encode(), script, 0o700)  # it holds secret env
     transport.put_bytes(torchrun_program(), rundir.in_node_dir(ndir, rundir.TORCHRUN))
     transport.put_bytes(b"", rundir.in_node_dir(ndir, rundir.NODE_LOG))
+    if node_launch.held:
+        transport.put_bytes(b"", node_launch.hold_path)
 
 
-def start(transport: Transport, node_launch: NodeLaunch) -> int:
-    """Start ``launch.sh`` detached and return its process group, once it has written it."""
+def start(transport: Transport, node_launch: NodeLaunch, command: str | None = None) -> int:
+    """Start ``launch.sh`` detached (by ``command``: the plain start by default) and return
+    its process group, once it has written it."""
     name = node_launch.node.name
-    res = transport.run(nodeops.start_cmd(node_launch.node_dir), timeout=30)
+    res = transport.run(command or nodeops.start_cmd(node_launch.node_dir), timeout=30)
     if res.exit_code != 0 or "started" not in res.stdout:
         raise LaunchError([f"node {name}: could not start torchrun: "
                            f"{res.stderr.strip() or res.stdout.strip()}"])
@@ -77,4 +83,11 @@ def start(transport: Transport, node_launch: NodeLaunch) -> int:
                 log = rundir.in_node_dir(node_launch.node_dir, rundir.NODE_LOG)
                 raise LaunchError([f"node {name}: launch.sh did not start within "
                                    f"{START_TIMEOUT_S} s (see {log})"]) from None
-            time.sleep(0.05)
+            time.sleep(PGID_POLL_S)
+
+
+def release(transport: Transport, node_launch: NodeLaunch) -> bool:
+    """Let an early-started torchrun go on; False when it had stopped holding (its wait ran
+    out, see :func:`ddptui.launch.torchrun_tee.hold`) and must be started again."""
+    res = transport.run(nodeops.release_cmd(node_launch.hold_path), timeout=30)
+    return res.exit_code == 0

@@ -14,6 +14,14 @@ holds a partial line until its newline arrives or the rank's file is finished.
 When the torch it finds has no ``tail_logfile`` of the shape this replaces, torchrun runs
 unchanged. Runs on the node, under whatever Python the node has: stdlib only (torch itself,
 imported once the tee is in place), nothing of ddptui.
+
+Started early (``DDPTUI_HOLD`` names a file), it imports torch and then holds until the
+controller renames that file to :data:`GO`: torch's import (1-2 s of CPU, far more from a
+cold network filesystem) then overlaps the controller's probe, preflight and code sync
+instead of following them. It gives up after ``DDPTUI_HOLD_S`` seconds by renaming the file
+to :data:`EXPIRED` (so the controller, whose rename then fails, knows to start it again), and
+at once if the file is gone (the launch was undone). A project is entered only once released:
+the synced tree may not exist before then.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from __future__ import annotations
 import inspect
 import os
 import runpy
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, TextIO
@@ -32,6 +41,19 @@ LONGEST = 1 << 22
 #: The parameters of torch's ``tail_logfile`` this stands in for (torch 2.x); the last is
 #: newer than the rest.
 SHAPE = ("header", "file", "dst", "finished", "interval_sec", "log_line_filter")
+
+#: launch.sh's exit code when the project directory is gone: no torchrun was started.
+EXIT_NO_PROJECT = 98
+#: The exit code of a hold that ended without a release: no torchrun was started.
+EXIT_NOT_RELEASED = 96
+#: Where the hold file is renamed: by the controller to release it, by the hold to give up.
+GO = "go"
+EXPIRED = "expired"
+#: Seconds between two looks at the hold file.
+HOLD_POLL_S = 0.01
+#: How long a hold waits for its release: a dead controller's leaves no process for long,
+#: and a slower launch (a big first sync) costs one more start (``sequence.release_all``).
+HOLD_S = 300.0
 
 #: TailLog's default filter (keep every line): a line filter that is this one is skipped.
 _keep_all: Any = None
@@ -93,10 +115,56 @@ def install() -> bool:
     return True
 
 
+def hold(path: str, seconds: float) -> bool:
+    """Wait for the controller's release: True once ``path`` was renamed to :data:`GO`,
+    False when it vanished or the wait ran out (then it is renamed to :data:`EXPIRED`)."""
+    folder = os.path.dirname(path)
+    go, expired = os.path.join(folder, GO), os.path.join(folder, EXPIRED)
+    deadline = time.monotonic() + seconds
+    while True:
+        if os.path.exists(go):
+            return True
+        if not os.path.exists(path):  # renamed to go meanwhile, or the launch was undone
+            return os.path.exists(go)
+        if time.monotonic() > deadline:
+            try:
+                os.rename(path, expired)
+            except OSError:  # the controller renamed it first: released after all
+                return os.path.exists(go)
+            return False
+        time.sleep(HOLD_POLL_S)
+
+
+def warm_up() -> None:
+    """What ``torch.distributed.run`` imports, imported now (the module itself is dropped
+    again so that runpy runs it fresh as ``__main__``, as ``-m`` would)."""
+    try:
+        import torch.distributed.run  # noqa: F401
+    except Exception:  # torchrun's own run reports it
+        return
+    sys.modules.pop("torch.distributed.run", None)
+
+
 def main() -> None:
     """torchrun run as ``python -m torch.distributed.run`` runs it: its module as
     ``__main__``, whose logger torch leaves unformatted (the agent lines ddptui reads)."""
     install()
+    held = os.environ.pop("DDPTUI_HOLD", None)
+    seconds = float(os.environ.pop("DDPTUI_HOLD_S", HOLD_S))
+    cwd = os.environ.pop("DDPTUI_CWD", None)
+    if held:
+        warm_up()
+        if not hold(held, seconds):
+            print(f"ddptui: not started: no release came for {held}", file=sys.stderr)
+            sys.exit(EXIT_NOT_RELEASED)
+    if cwd:
+        try:
+            os.chdir(cwd)
+        except OSError as e:
+            print(f"ddptui: cannot enter the project directory {cwd}: {e.strerror}",
+                  file=sys.stderr)
+            sys.exit(EXIT_NO_PROJECT)
+        os.environ["PWD"] = cwd
     runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)
 
 

@@ -32,6 +32,8 @@ LAUNCH_SCRIPT = "launch.sh"
 #: torchrun with ddptui's whole-line tee (``ddptui.launch.torchrun_tee``), run by launch.sh.
 TORCHRUN = "torchrun.py"
 NODE_LOG = "node.log"
+#: An early-started torchrun holds while this exists (``ddptui.launch.torchrun_tee.hold``).
+HOLD = "hold"
 PGID = "pgid"
 EXIT_CODE = "exit_code"
 #: Written by the stop command, so a controller following from elsewhere says "stopped".

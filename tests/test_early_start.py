@@ -1,0 +1,197 @@
+"""Early start: every node's torchrun imports torch while the controller probes, checks and
+syncs, runs the job only once released, enters a project made meanwhile, and leaves nothing
+behind when its wait runs out or the launch is undone."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from jobs import marked_pids, write_job
+
+from ddptui.config import load_config
+from ddptui.launch import nodeops, sequence, torchrun_tee
+from ddptui.launch.controller import Controller
+from ddptui.launch.plan import make_plan
+from ddptui.launch.staging import torchrun_program
+from ddptui.store import rundir
+
+
+def held_file(tmp_path: Path) -> Path:
+    hold = tmp_path / rundir.HOLD
+    hold.touch()
+    return hold
+
+
+def test_a_hold_ends_when_the_controller_renames_its_file(tmp_path: Path) -> None:
+    hold = held_file(tmp_path)
+    subprocess.run(["sh", "-c", f"sleep 0.3; {nodeops.release_cmd(str(hold))}"], check=False,
+                   timeout=30, start_new_session=True)
+    t0 = time.monotonic()
+    assert torchrun_tee.hold(str(hold), 30)
+    assert time.monotonic() - t0 < 10
+    assert (tmp_path / torchrun_tee.GO).exists() and not hold.exists()
+
+
+def test_a_hold_ends_at_once_when_the_launch_is_undone(tmp_path: Path) -> None:
+    hold = held_file(tmp_path)
+    threading.Timer(0.2, hold.unlink).start()
+    t0 = time.monotonic()
+    assert not torchrun_tee.hold(str(hold), 30)
+    assert time.monotonic() - t0 < 10
+
+
+def test_a_hold_that_runs_out_says_so_and_refuses_a_late_release(tmp_path: Path) -> None:
+    hold = held_file(tmp_path)
+    assert not torchrun_tee.hold(str(hold), 0.2)
+    assert (tmp_path / torchrun_tee.EXPIRED).exists() and not hold.exists()
+    late = subprocess.run(["sh", "-c", nodeops.release_cmd(str(hold))], capture_output=True,
+                          timeout=30, check=False)
+    assert late.returncode != 0  # the controller learns that it must start the node again
+    assert not (tmp_path / torchrun_tee.GO).exists()
+
+
+def test_a_release_that_wins_the_race_against_running_out_counts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller renames the file between the hold's last look and its own rename."""
+    hold = held_file(tmp_path)
+    real_rename = os.rename
+
+    def controller_first(src: str, dst: str) -> None:
+        real_rename(src, str(tmp_path / torchrun_tee.GO))  # the release lands first
+        real_rename(src, dst)  # so the hold's own rename fails
+
+    monkeypatch.setattr(torchrun_tee.os, "rename", controller_first)
+    assert torchrun_tee.hold(str(hold), 0.0)
+
+
+RANK = """\
+import os
+print("cwd", os.getcwd(), flush=True)
+print("pwd", os.environ.get("PWD"), flush=True)
+print("hold", [k for k in os.environ if k.startswith("DDPTUI_HOLD") or k == "DDPTUI_CWD"],
+      flush=True)
+"""
+
+
+def test_a_held_torchrun_runs_only_once_released_and_enters_the_project_then(
+        tmp_path: Path) -> None:
+    """What launch.sh starts early, by the uploaded text: no rank runs while it holds; the
+    project it is to run in is made only after it started (a first sync)."""
+    ndir = tmp_path / "node0"
+    ndir.mkdir()
+    (ndir / rundir.TORCHRUN).write_bytes(torchrun_program())
+    hold = held_file(ndir)
+    project = tmp_path / "code"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "DDPTUI_HOLD": str(hold),
+           "DDPTUI_HOLD_S": "120", "DDPTUI_CWD": str(project)}
+    logs = ndir / "torchelastic"
+    with open(ndir / rundir.NODE_LOG, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, str(ndir / rundir.TORCHRUN), "--standalone", "--nproc-per-node",
+             "1", "--tee", "3", "--log-dir", str(logs), str(project / "rank.py")],
+            cwd=ndir, env=env, stdout=log, stderr=log)
+    try:
+        time.sleep(3)  # long enough for torchrun to have started its rank, were it not held
+        assert proc.poll() is None and not logs.exists(), (ndir / rundir.NODE_LOG).read_text()
+        project.mkdir()
+        (project / "rank.py").write_text(RANK)
+        subprocess.run(["sh", "-c", nodeops.release_cmd(str(hold))], check=True, timeout=30)
+        assert proc.wait(timeout=180) == 0, (ndir / rundir.NODE_LOG).read_text()
+    finally:
+        proc.kill()
+    out = (ndir / rundir.NODE_LOG).read_text()
+    assert f"cwd {project}" in out and f"pwd {project}" in out and "hold []" in out, out
+
+
+def test_an_expired_hold_exits_with_its_own_code_and_starts_nothing(tmp_path: Path) -> None:
+    ndir = tmp_path / "node0"
+    ndir.mkdir()
+    (ndir / rundir.TORCHRUN).write_bytes(torchrun_program())
+    hold = held_file(ndir)
+    env = {**os.environ, "DDPTUI_HOLD": str(hold), "DDPTUI_HOLD_S": "0"}
+    done = subprocess.run(
+        [sys.executable, str(ndir / rundir.TORCHRUN), "--standalone", "--nproc-per-node", "1",
+         "--log-dir", str(ndir / "torchelastic"), str(ndir / "missing.py")],
+        cwd=ndir, env=env, capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == torchrun_tee.EXIT_NOT_RELEASED, done.stderr
+    assert "not started: no release came" in done.stderr
+    assert not (ndir / "torchelastic").exists()
+
+
+def local_job(tmp_path: Path, port: int, **job: object) -> Path:
+    return write_job(tmp_path, {
+        "defaults": {"python": sys.executable, "nproc_per_node": 1, "transport": "local",
+                     "env": {"JOB_LINES": "3"}},
+        "nodes": [{"name": "a", "workdir": str(tmp_path / "wa")},
+                  {"name": "b", "workdir": str(tmp_path / "wb")}],
+        "rendezvous": {"endpoint": "127.0.0.1", "port": port},
+        "job": {"script": "job.py", **job},
+    })
+
+
+def test_plans_hold_unless_setup_commands_come_first(tmp_path: Path) -> None:
+    cfg = load_config(local_job(tmp_path, 29741))
+    workdirs = {"a": "/w/a", "b": "/w/b"}
+    held = make_plan(cfg, "r1", workdirs=workdirs, rdzv_host="h", hold_s=5,
+                     project_dirs={"a": "/w/a/code", "b": "/w/b/code"})
+    for launch in held.nodes:
+        assert launch.held and launch.hold_path == f"{launch.node_dir}/{rundir.HOLD}"
+        assert f"export DDPTUI_HOLD='{launch.hold_path}'" in launch.script
+        assert "export DDPTUI_CWD=" in launch.script and "if cd" not in launch.script
+    plain = make_plan(cfg, "r1", workdirs=workdirs, rdzv_host="h",
+                      project_dirs={"a": "/w/a/code", "b": "/w/b/code"})
+    assert not any(n.held or "DDPTUI_HOLD" in n.script for n in plain.nodes)
+
+
+@pytest.mark.torchrun
+def test_a_node_whose_hold_ran_out_is_started_again(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A launch slower than the hold (a big first sync): that node starts once more, the run
+    is whole, and the give-up is in its node log."""
+    ctl = Controller(load_config(local_job(tmp_path, 29742)), state_root=tmp_path / "state")
+    ctl.hold_s = 0.0
+    sync_all = sequence.project.sync_all
+
+    def slow_sync(*args: object) -> None:
+        assert ctl.plan is not None
+        end = time.monotonic() + 120
+        for launch in ctl.plan.nodes:  # until every node has given up holding
+            while not Path(launch.node_dir, torchrun_tee.EXPIRED).exists():
+                assert time.monotonic() < end, "no node gave up holding"
+                time.sleep(0.05)
+        sync_all(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sequence.project, "sync_all", slow_sync)
+    ctl.launch()
+    result = ctl.wait(180)
+    assert result is not None and result.exit_code == 0, result
+    for name in ("a", "b"):
+        log = Path(ctl.plan.for_node(name).node_dir, rundir.NODE_LOG).read_text()
+        assert "not started: no release came" in log
+        assert "[seq 2] rank" in log, log
+    assert marked_pids(ctl.run_id) == []
+
+
+@pytest.mark.torchrun
+def test_a_launch_undone_after_the_early_start_leaves_nothing(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    """A failure after every node was started early (here the sync): no process, no node
+    dir, and the error is the sync's."""
+    ctl = Controller(load_config(local_job(tmp_path, 29743)), state_root=tmp_path / "state")
+
+    def failing_sync(*args: object) -> None:
+        assert all(ctl.pgid(n) is not None for n in ("a", "b"))  # both started, held
+        ctl.abort(["node b: the sync failed (a test)"], cleanup=True)
+
+    monkeypatch.setattr(sequence.project, "sync_all", failing_sync)
+    with pytest.raises(Exception, match="the sync failed"):
+        ctl.launch()
+    assert marked_pids(ctl.run_id) == []
+    assert list(tmp_path.glob("w*/.ddptui/runs/*/node*")) == []

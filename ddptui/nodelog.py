@@ -33,9 +33,6 @@ _RESTART_RE = re.compile(r"Worker group (FAILED|UNHEALTHY)\. (\d+)/(\d+) attempt
 # Healthy workers restarted so that another node's may rejoin: torch counts no attempt, ddptui
 # does (it is the same restart of the job), so every node shows the same attempt.
 _FOLLOW_RESTART_RE = re.compile(r"Detected (\d+) new nodes from group_rank=\d+; will restart")
-_CHILD_FAILED_RE = re.compile(
-    r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)"
-)
 _FIELD_RE = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*: ?(.*)$")
 _RANK_FIELD_RE = re.compile(r"(-?\d+) \(local_rank: (-?\d+)\)")
 _EXIT_FIELD_RE = re.compile(r"(-?\d+)(?: \(pid: \d+\))?\s*(?:\((SIG\w+)\))?")
@@ -56,7 +53,6 @@ class NodeLogParser:
         self._in_root_cause = False
         self._trace: list[str] = []
         self._field: str | None = None
-        self.child_exits: dict[int, int] = {}
 
     def feed(self, line: str, time: float) -> list[Event]:
         line = line.rstrip("\r\n")
@@ -96,9 +92,6 @@ class NodeLogParser:
             why = f" of {m.group(3)}" if m is not None else ": another node restarted its workers"
             out.append(NodeState(self.node, NodeStatus.RESTARTING, time,
                                  f"restart {self.attempt}{why}", attempt=self.attempt))
-        m = _CHILD_FAILED_RE.search(line)
-        if m is not None:
-            self.child_exits[int(m.group(2))] = int(m.group(1))
         out.append(LogLine(self.node, line, time, Source.AGENT, level, None, None, self.attempt))
         out.extend(self._root_cause(line, time))
         return out

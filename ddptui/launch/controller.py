@@ -1,9 +1,10 @@
 """The run controller: launch, follow, stop and attach, one thread per node.
 
 Everything that touches a node is done for all nodes at once (see :mod:`ddptui.launch.reach`),
-so sixteen nodes cost about what one does. Launch is all-or-nothing: every node is probed
-before any file is written, and a failure while uploading or starting undoes what was done on
-every node, so a bad hosts file never leaves a half-started cluster.
+so sixteen nodes cost about what one does. Launch is all-or-nothing: torchrun, started early
+on every node, holds until every check has passed, and a failure in any phase stops what was
+started and removes what was written on every node, so a bad hosts file never leaves a
+half-started cluster (see :mod:`ddptui.launch.sequence`).
 
 Faces (the dashboard, the headless printer) read ``controller.store``; the headless face
 also registers a listener that sees every batch, so it can print every line in order.

@@ -120,7 +120,7 @@ def test_an_expired_hold_exits_with_its_own_code_and_starts_nothing(tmp_path: Pa
          "--log-dir", str(ndir / "torchelastic"), str(ndir / "missing.py")],
         cwd=ndir, env=env, capture_output=True, text=True, timeout=180, check=False)
     assert done.returncode == torchrun_tee.EXIT_NOT_RELEASED, done.stderr
-    assert "not started: no release came" in done.stderr
+    assert "torchrun not started: no release came from ddptui" in done.stderr
     assert not (ndir / "torchelastic").exists()
 
 
@@ -173,7 +173,7 @@ def test_a_node_whose_hold_ran_out_is_started_again(tmp_path: Path,
     assert result is not None and result.exit_code == 0, result
     for name in ("a", "b"):
         log = Path(ctl.plan.for_node(name).node_dir, rundir.NODE_LOG).read_text()
-        assert "not started: no release came" in log
+        assert "torchrun not started: no release came from ddptui" in log
         assert "[seq 2] rank" in log, log
     assert marked_pids(ctl.run_id) == []
 

@@ -77,9 +77,8 @@ class Controller:
         self.plan: Plan | None = None
         #: Run the fast preflight before starting anything (``--no-preflight``: False).
         self.preflight = True
-        #: Start torchrun held before the probe, preflight and sync (``sequence.launch``),
-        #: and how long it holds at most.
-        self.early_start = True
+        #: How long torchrun, started before the probe, preflight and sync, holds at most
+        #: (``sequence.launch``).
         self.hold_s = torchrun_tee.HOLD_S
         self.result: RunResult | None = None
         self.poll = poll

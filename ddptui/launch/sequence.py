@@ -46,7 +46,7 @@ def launch(ctl: Controller) -> None:
     ctl.set_status(RunStatus.LAUNCHING, started_at=time.time())
     walked = project.prepare(ctl)  # a project that cannot ship is refused before any node
     homes = reach(ctl)
-    hold = ctl.hold_s if ctl.early_start and not ctl.config.job.setup else None
+    hold = None if ctl.config.job.setup else ctl.hold_s
     plan = make_node_plans(ctl, homes, walked, hold)
     early = hold is not None and start_early(ctl, plan)
     if hold is not None and not early:

@@ -155,7 +155,9 @@ def main() -> None:
     if held:
         warm_up()
         if not hold(held, seconds):
-            print(f"ddptui: not started: no release came for {held}", file=sys.stderr)
+            print("ddptui: torchrun not started: no release came from ddptui (the launch was "
+                  f"undone, or took over {seconds:g} s and starts torchrun again)",
+                  file=sys.stderr)
             sys.exit(EXIT_NOT_RELEASED)
     if cwd:
         try:

@@ -17,7 +17,7 @@ from jobs import marked_pids, write_job
 from ddptui.config import load_config
 from ddptui.launch import nodeops, sequence, torchrun_tee
 from ddptui.launch.controller import Controller
-from ddptui.launch.plan import make_plan
+from ddptui.launch.plan import launch_script, make_plan
 from ddptui.launch.staging import torchrun_program
 from ddptui.store import rundir
 
@@ -195,3 +195,21 @@ def test_a_launch_undone_after_the_early_start_leaves_nothing(tmp_path: Path,
         ctl.launch()
     assert marked_pids(ctl.run_id) == []
     assert list(tmp_path.glob("w*/.ddptui/runs/*/node*")) == []
+
+
+@pytest.mark.parametrize("with_project", [False, True])
+@pytest.mark.parametrize("hold_s", [None, 5.0])
+def test_every_shape_of_launch_sh_runs_its_command_once(tmp_path: Path, with_project: bool,
+                                                       hold_s: float | None) -> None:
+    """Held or not, with a project or not: the command once, its exit code recorded."""
+    ndir, code = tmp_path / "node0", tmp_path / "code"
+    ndir.mkdir()
+    code.mkdir()
+    script = launch_script("r1", "a", 0, str(ndir), ("echo", "ran", "once"), {},
+                           str(code) if with_project else None, hold_s)
+    (ndir / rundir.LAUNCH_SCRIPT).write_text(script)
+    res = subprocess.run(["sh", rundir.LAUNCH_SCRIPT], cwd=ndir, capture_output=True,
+                         text=True, timeout=30, check=False)
+    assert res.returncode == 0 and res.stdout == "ran once\n", (script, res.stderr)
+    assert (ndir / rundir.EXIT_CODE).read_text() == "0\n"
+    assert ("DDPTUI_HOLD=" in script) == (hold_s is not None)

@@ -289,11 +289,7 @@ def launch_script(
         lines += [f"export DDPTUI_HOLD={quote(rundir.in_node_dir(ndir, rundir.HOLD))}",
                   f"export DDPTUI_HOLD_S={_number(hold_s)}",
                   *([f"export DDPTUI_CWD={quote(project)}"] if project is not None else [])]
-    if project is None or hold_s is not None:
-        lines += [command, "rc=$?"]
-    if hold_s is not None:  # nothing ran: no exit code, for the start that follows to write
-        lines.append(f'[ "$rc" -eq {EXIT_NOT_RELEASED} ] && exit "$rc"')
-    else:
+    if project is not None and hold_s is None:
         lines += [
             f"if cd {quote(project)}; then",
             f"  {command}",
@@ -302,6 +298,10 @@ def launch_script(
             f"  rc={EXIT_NO_PROJECT}",
             "fi",
         ]
+    else:
+        lines += [command, "rc=$?"]
+    if hold_s is not None:  # nothing ran: no exit code, for the start that follows to write
+        lines.append(f'[ "$rc" -eq {EXIT_NOT_RELEASED} ] && exit "$rc"')
     done = rundir.EXIT_CODE  # relative while the shell is still in the node dir
     if project is not None:
         done = quote(rundir.in_node_dir(ndir, done))

@@ -29,9 +29,10 @@ class Dst(io.StringIO):
         return super().write(s)
 
 
-def tail(path: Path, finished: threading.Event, dst: Dst, keep: object = None) -> threading.Thread:
+def tail(path: Path, finished: threading.Event, dst: Dst, keep: object = None,
+         interval: float = 0.01) -> threading.Thread:
     t = threading.Thread(target=torchrun_tee.tail_logfile,
-                         args=("[r3]:", str(path), dst, finished, 0.01, keep), daemon=True)
+                         args=("[r3]:", str(path), dst, finished, interval, keep), daemon=True)
     t.start()
     return t
 
@@ -52,6 +53,24 @@ def test_a_line_written_in_two_parts_is_copied_whole(tmp_path: Path) -> None:
     assert dst.getvalue() == ("[r3]:first line\n[r3]:second half\n[r3]:third\n"
                               "[r3]:last without newline\n")
     assert all(w.endswith("\n") for w in dst.writes)
+
+
+def test_a_line_is_copied_within_the_tees_own_poll_not_torchruns(tmp_path: Path) -> None:
+    """torchrun asks for a look every 0.1 s (5 s here): the tee looks every POLL_S."""
+    path, dst, finished = tmp_path / "stdout.log", Dst(), threading.Event()
+    path.write_text("")
+    t = tail(path, finished, dst, interval=5.0)
+    time.sleep(0.3)  # the tail found nothing and sleeps
+    with open(path, "a") as f:
+        f.write("late line\n")
+    end = time.monotonic() + 3
+    while "late line" not in dst.getvalue() and time.monotonic() < end:
+        time.sleep(0.01)
+    arrived = dst.getvalue()
+    finished.set()
+    t.join(10)
+    assert arrived == "[r3]:late line\n"
+    assert torchrun_tee.POLL_S <= 0.05
 
 
 def test_a_block_of_lines_is_one_write(tmp_path: Path) -> None:

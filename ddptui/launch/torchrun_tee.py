@@ -38,6 +38,10 @@ from typing import Any, TextIO
 CHUNK = 1 << 18
 #: A line longer than this without a newline is copied as it is (memory stays bounded).
 LONGEST = 1 << 22
+#: The longest wait between two looks at a rank's file. torchrun asks for 0.1 s, which is up
+#: to 0.1 s more between a rank's line and the screen; a look at a file with nothing new is
+#: one ``read`` that returns nothing.
+POLL_S = 0.02
 #: The parameters of torch's ``tail_logfile`` this stands in for (torch 2.x); the last is
 #: newer than the rest.
 SHAPE = ("header", "file", "dst", "finished", "interval_sec", "log_line_filter")
@@ -64,6 +68,7 @@ def tail_logfile(header: str, file: str, dst: TextIO, finished: Any, interval_se
     """Copy ``file`` to ``dst`` with ``header`` before every line, until ``finished`` is set
     and the file is read to its end. Opened as torchrun opens it (text, universal newlines,
     undecodable bytes replaced), so what a line is stays torchrun's."""
+    interval_sec = min(interval_sec, POLL_S)
     while not os.path.exists(file):
         if finished.is_set():
             return

@@ -194,7 +194,7 @@ def test_a_launch_undone_after_the_early_start_leaves_nothing(tmp_path: Path,
     with pytest.raises(Exception, match="the sync failed"):
         ctl.launch()
     assert marked_pids(ctl.run_id) == []
-    assert list(tmp_path.glob("w*/.ddptui/runs/*/node*")) == []
+    assert list(tmp_path.glob("w*/.ddptui")) == []  # as a first launch found the nodes
 
 
 @pytest.mark.parametrize("with_project", [False, True])

@@ -270,9 +270,13 @@ def remove_cmd(path: str) -> str:
 
 
 def remove_run_cmd(node_dir: str) -> str:
-    """Undo a launch on a node: its node dir, and the run's dir above it once empty."""
-    parent = shlex.quote(posixpath.dirname(node_dir.rstrip("/")))
-    return f"{remove_cmd(node_dir)} && {{ rmdir -- {parent} 2>/dev/null; true; }}"
+    """Undo a launch on a node: its node dir, then each dir above it up to the workdir's
+    ``.ddptui`` (the run's, ``runs/``, ``.ddptui/``) that this leaves empty, as a refused
+    first launch found the node."""
+    run = posixpath.dirname(node_dir.rstrip("/"))
+    runs = posixpath.dirname(run)
+    above = " ".join(shlex.quote(d) for d in (run, runs, posixpath.dirname(runs)))
+    return f"{remove_cmd(node_dir)} && {{ rmdir -- {above} 2>/dev/null; true; }}"
 
 
 @dataclass(frozen=True)

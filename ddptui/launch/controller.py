@@ -164,14 +164,19 @@ class Controller:
     def pgid(self, name: str) -> int | None:
         return self._pgids.get(name)
 
+    @property
+    def started(self) -> bool:
+        """Some node's launch.sh runs (or ran) for this launch: it has a pgid."""
+        return any(p is not None for p in self._pgids.values())
+
     def abort(self, problems: list[str], *, cleanup: bool, kill: bool = False) -> None:
         """Undo a launch on every node, then raise: all or nothing. A node already started
         (early, see ``sequence.launch``) is always stopped and its node dir removed."""
         problems = [self.masker.text(p) for p in problems]
-        started = any(p is not None for p in self._pgids.values())
-        if (kill or started) and self.plan is not None:
+        kill, cleanup = kill or self.started, cleanup or self.started
+        if kill and self.plan is not None:
             self._stopping.set()
-        self.undo(kill=kill or started, cleanup=cleanup or started)
+        self.undo(kill=kill, cleanup=cleanup)
         self._close_transports()
         self.store.set_run(status=RunStatus.FAILED, message=problems[0], ended_at=time.time())
         self.write_meta(status=RunStatus.FAILED, error=problems, ended_at=time.time())

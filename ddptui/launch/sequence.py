@@ -135,10 +135,9 @@ def preflight(ctl: Controller, probes: dict[str, nodeops.Probe]) -> None:
             failed.setdefault(r.node, []).append(r.check)
     for node, checks_failed in failed.items():
         ctl.node_state(node, NodeStatus.FAILED, f"preflight: {', '.join(checks_failed)}")
-    held = any(ctl.pgid(n.name) is not None for n in ctl.config.nodes)
     ctl.abort([*verdict.problems, "preflight found the problems above, so the job was not "
                "started" + (" (torchrun, waiting for the checks on every node, was stopped)"
-                            if held else "") + "; `ddptui check HOSTS` shows every check, "
+                            if ctl.started else "") + "; `ddptui check HOSTS` shows every check, "
                "`--no-preflight` launches anyway"], cleanup=False)
 
 

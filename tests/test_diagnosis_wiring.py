@@ -144,6 +144,26 @@ def test_the_run_ends_with_its_diagnosis_on_the_result_and_in_run_json(tmp_path:
     assert back.diagnosis is not None and back.diagnosis.to_dict() == res.diagnosis.to_dict()
 
 
+def test_wait_gives_the_result_only_once_run_json_holds_the_status(tmp_path: Path) -> None:
+    """A face that exits on ``wait``'s result must find the run's end in ``run.json``: in CI
+    the headless face once returned between ``result`` and the status, leaving ``running``."""
+    ctl = local_config(tmp_path)
+    ctl.write_meta(run_id=ctl.run_id, nodes={})
+    seen: list[object] = []
+    set_status = ctl.set_status
+
+    def watched(*args: object, **kw: object) -> None:
+        seen.append(ctl.wait(0))  # the result exists by now; the status is not yet written
+        set_status(*args, **kw)  # type: ignore[arg-type]
+
+    ctl.set_status = watched  # type: ignore[method-assign]
+    ctl._apply([Finished("a", NodeStatus.FAILED, 1), Finished("b", NodeStatus.EXITED, 0)])
+    ctl._conclude()
+    assert ctl.result is not None and seen == [None]
+    assert ctl.wait(0) is ctl.result
+    assert json.loads((ctl.local_dir / "run.json").read_text())["status"] == "failed"
+
+
 def test_a_run_that_succeeds_has_no_diagnosis(tmp_path: Path) -> None:
     ctl = local_config(tmp_path)
     ctl.write_meta(run_id=ctl.run_id, nodes={})

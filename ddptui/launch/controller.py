@@ -306,8 +306,10 @@ class Controller:
                     rank=rank, mask=self.masker.text)
 
     def wait(self, timeout: float | None = None) -> RunResult | None:
-        self._done.wait(timeout)
-        return self.result
+        """The result once the run is over and ``run.json`` says so; ``None`` until then.
+        ``result`` itself is set a moment earlier (before the status is written), so a face
+        that went by it could exit with ``running`` left in ``run.json``."""
+        return self.result if self._done.wait(timeout) else None
 
     def nccl_facts(self) -> NcclFacts:
         """What NCCL said so far, on every node (a copy: lines go on arriving)."""

@@ -180,6 +180,35 @@ def test_ssh_config_alias(cluster2: Cluster, tmp_path: Path) -> None:
     assert f"{n2.ip}:2" in str(err.value) and "box" in str(err.value)
 
 
+def test_match_exec_loads_invoke_only_when_evaluated(tmp_path: Path) -> None:
+    """paramiko's ``invoke`` is left unloaded by ddptui's import (a twentieth of a second of
+    every SSH launch) and still runs an ssh_config ``Match exec`` when a lookup meets one."""
+    marker = tmp_path / "on-vpn"
+    cfg = tmp_path / "config"
+    cfg.write_text(f'Match host gpu-box exec "test -e {marker}"\n    HostName 10.9.9.9\n'
+                   "Host gpu-box\n    HostName 10.1.1.1\n")
+    probe = (
+        "import sys\n"
+        "import ddptui.transport.ssh\n"
+        "from ddptui.config import SSHOptions\n"
+        "from ddptui.transport.ssh.resolve import Resolver\n"
+        "print('invoke.tasks' in sys.modules)\n"
+        f"r = Resolver('box', SSHOptions(config_file={str(cfg)!r}))\n"
+        "print(r.resolve('gpu-box').hostname)\n"
+        "print('invoke.tasks' in sys.modules)\n"
+    )
+
+    def run() -> list[str]:
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.split()
+
+    assert run() == ["False", "10.1.1.1", "True"]
+    marker.touch()
+    assert run() == ["False", "10.9.9.9", "True"]
+
+
 @pytest.mark.cluster
 def test_proxy_jump(cluster_factory: ClusterFactory, tmp_path: Path) -> None:
     c = cluster_factory(2)

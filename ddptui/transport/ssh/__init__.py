@@ -5,6 +5,10 @@ strictly, ``auth`` offers keys in ssh's order, and ``transport`` owns the connec
 here logs key material or passphrases: only paths, key types and fingerprints.
 """
 
-from ddptui.transport.ssh.transport import SSHTransport
+from ddptui.transport.ssh import lazy_invoke
+
+lazy_invoke.defer()  # before any paramiko import below
+
+from ddptui.transport.ssh.transport import SSHTransport  # noqa: E402
 
 __all__ = ["SSHTransport"]

@@ -216,7 +216,7 @@ class Controller:
                 masker=self.masker,
                 pgid=self._pgids.get(name), stopping=self._stopping,
                 reconnect=functools.partial(self._reconnect, node), poll=self.poll,
-                chunk=read_size(len(self.config.nodes)))
+                chunk=read_size(len(self.config.nodes)), python=node.python)
             self._followers[name] = f
             f.start()
         self.watch.start()

@@ -27,6 +27,7 @@ from ddptui.config.secrets import Masker
 from ddptui.events import Event, Level, LineRun, LogLine, NodeState, NodeStatus, Source, ssh_line
 from ddptui.ingest import parse_chunk, split_complete
 from ddptui.launch import nodeops
+from ddptui.launch.doorbell import Doorbell
 from ddptui.nodelog import NodeLogParser
 from ddptui.store import rundir
 from ddptui.store.store import Store
@@ -166,6 +167,7 @@ class NodeFollower(threading.Thread):
         poll: float = 0.2,
         masker: Masker | None = None,
         chunk: int = CHUNK,
+        python: str | None = None,
     ) -> None:
         super().__init__(name=f"follow-{node}", daemon=True)
         self.node = node
@@ -179,6 +181,8 @@ class NodeFollower(threading.Thread):
         self.reconnect = reconnect
         self.poll = poll
         self.chunk = chunk
+        self.python = python  # the node's: runs its doorbell (none: poll only, as in tests)
+        self._bell: tuple[Transport, Doorbell] | None = None
         self.masker = masker or Masker()  # secret env values, masked before anything keeps a line
         self.halt = threading.Event()  # detach: stop following, leave the job alone
         #: The stop program saw none of the run's processes left here: what is in the log
@@ -307,6 +311,26 @@ class NodeFollower(threading.Thread):
                                      Level.ERROR)])
                 if self._claim_end():
                     self.out.put(Finished(self.node, NodeStatus.LOST, None))
+            finally:
+                if self._bell is not None:
+                    self._bell[1].close()
+
+    def _wait(self, timeout: float) -> None:
+        """Until the node's log grows (its doorbell rings), ``timeout`` passes or following
+        stops. A doorbell is started on each connection; one that fails leaves the poll."""
+        transport = self.transport
+        if self.python is not None and (self._bell is None or self._bell[0] is not transport):
+            if self._bell is not None:
+                self._bell[1].close()
+            self._bell = (transport, Doorbell(transport, self.python,
+                                              self._remote(rundir.NODE_LOG),
+                                              self.offset + len(self._buf)))
+        bell = self._bell[1] if self._bell is not None else None
+        if bell is not None and bell.ringing and not self.halt.is_set():
+            bell.wait(timeout)
+            if bell.ringing:
+                return
+        self.halt.wait(timeout)
 
     def _follow(self, raw: BinaryIO) -> None:
         next_check = 0.0
@@ -349,7 +373,7 @@ class NodeFollower(threading.Thread):
             # Until a rank's first line, look more often: it is the line a person waits for
             # (bench/launch.py's "first lines"); a read that finds nothing new is one small
             # request.
-            self.halt.wait(self.poll if self._ranks_spoke else min(self.poll, FIRST_POLL))
+            self._wait(self.poll if self._ranks_spoke else min(self.poll, FIRST_POLL))
 
     def _stop_requested(self) -> bool:
         try:

@@ -30,6 +30,18 @@ class CommandResult:
     stderr: str
 
 
+class Spawned(Protocol):
+    """A command left running on the node, its output read a piece at a time."""
+
+    def read(self, timeout: float) -> bytes | None:
+        """What it printed since the last read, waiting up to ``timeout`` for something
+        (``b""`` if nothing came); ``None`` once it has ended or its connection is gone."""
+
+    def close(self) -> None:
+        """Close its stdin and stop reading: a command that watches its stdin (as ddptui's
+        own node programs do) then ends by itself; idempotent."""
+
+
 class Transport(Protocol):
     node: str
     #: The address the node was reached at (ssh HostName after ~/.ssh/config), for rendezvous.
@@ -47,6 +59,10 @@ class Transport(Protocol):
         handed to ``on_output`` as it comes: one stream of many files instead of a round trip
         per file, and setup output shown while it runs. An exception raised by ``stdin``
         ends the command (its stdin is cut short) and propagates."""
+
+    def spawn(self, command: str) -> Spawned:
+        """Start ``sh -c command`` on the node and return at once (see :class:`Spawned`);
+        raise TransportError if it cannot be started."""
 
     def home(self) -> str:
         """The absolute home directory of the login user on the node."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import tempfile
@@ -115,6 +116,15 @@ class LocalTransport:
         return CommandResult(proc.returncode, out.decode("utf-8", errors="replace"),
                              err.decode("utf-8", errors="replace"))
 
+    def spawn(self, command: str) -> PipedCommand:
+        try:
+            proc = subprocess.Popen(["sh", "-c", command], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                    start_new_session=True)
+        except OSError as exc:
+            raise TransportError(self.node, f"{self.node} (local): cannot run sh: {exc}") from exc
+        return PipedCommand(proc)
+
     def home(self) -> str:
         return os.path.expanduser("~")
 
@@ -144,3 +154,32 @@ class LocalTransport:
 
     def __repr__(self) -> str:
         return f"LocalTransport({self.node!r})"
+
+
+class PipedCommand:
+    """A command left running here (``Transport.spawn``), as a channel would be on a node:
+    closing its stdin is what tells it to end; a command that ignores that is killed."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+
+    def read(self, timeout: float) -> bytes | None:
+        out = self.proc.stdout
+        if out is None or out.closed:
+            return None
+        ready, _, _ = select.select([out], [], [], timeout)
+        if not ready:
+            return b""
+        return os.read(out.fileno(), 65536) or None
+
+    def close(self) -> None:
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        try:
+            self.proc.wait(1)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(5)

@@ -93,3 +93,39 @@ def run_stream(t: paramiko.Transport, node: str, address: str, command: str, tim
         chan.close()
     return CommandResult(code, out.decode("utf-8", errors="replace"),
                          err.decode("utf-8", errors="replace"))
+
+
+class ChannelCommand:
+    """A command left running on its own channel (``Transport.spawn``): read with a timeout,
+    closed by closing the channel, which sshd turns into end of file on its stdin."""
+
+    def __init__(self, chan: paramiko.Channel) -> None:
+        self.chan = chan
+
+    def read(self, timeout: float) -> bytes | None:
+        if self.chan.closed:
+            return None
+        self.chan.settimeout(timeout)
+        try:
+            data = self.chan.recv(65536)
+        except TimeoutError:
+            return b""
+        except (paramiko.SSHException, EOFError, OSError):
+            return None
+        return data or None
+
+    def close(self) -> None:
+        self.chan.close()
+
+
+def spawn(t: paramiko.Transport, node: str, address: str, command: str) -> ChannelCommand:
+    chan = None
+    try:
+        chan = t.open_session(timeout=15)
+        chan.exec_command(f"sh -c {shlex.quote(command)}")
+    except (paramiko.SSHException, EOFError, OSError) as exc:
+        if chan is not None:
+            chan.close()
+        raise TransportError(node, f"{node} ({address}): could not start a command on its own "
+                                   f"channel ({exc or type(exc).__name__})") from exc
+    return ChannelCommand(chan)

@@ -29,7 +29,7 @@ from ddptui.transport.base import CommandResult, OnOutput, TransportError
 from ddptui.transport.ssh.auth import authenticate
 from ddptui.transport.ssh.hostkeys import check_host_key, known_entries, prefer_key_types
 from ddptui.transport.ssh.resolve import Endpoint, HopError, Resolver
-from ddptui.transport.ssh.stream import run_stream
+from ddptui.transport.ssh.stream import ChannelCommand, run_stream, spawn
 from ddptui.transport.ssh.tailread import STREAM_READ_MIN, read_by_exec
 
 log = logging.getLogger(__name__)
@@ -218,6 +218,9 @@ class SSHTransport:
                    on_output: OnOutput | None = None) -> CommandResult:
         return run_stream(self._active(), self.node, self.address, command, timeout, stdin,
                           on_output)
+
+    def spawn(self, command: str) -> ChannelCommand:
+        return spawn(self._active(), self.node, self.address, command)
 
     def _sftp_client(self) -> paramiko.SFTPClient:
         """The one SFTP session (caller holds ``_sftp_lock``), reopened if it died."""

@@ -1,0 +1,77 @@
+"""A node program that says when a node's log grows, so that its follower reads at once.
+
+The follower reads ``node.log`` by offset (SFTP, or an exec channel for big reads: exact,
+and resumable after a reconnect), and between reads it waited its poll, 0.2 s: most of the
+time from a line written on a node to the line on screen (``bench/stream.py``), and of a
+launch's last phase, where pdsh's ssh hands the first line over as it comes. This program
+runs beside the log on the node's connection, looks at the log's size every 10 ms (a stat,
+nothing a node notices) and writes one byte when it changed; the follower waits on that
+byte instead of sleeping. It only rings: the lines still travel by the follower's reads.
+
+It ends when its stdin reaches end of file, which is what closing its channel gives (or
+the SSH connection dropping, or the controller dying), so nothing of it outlives its
+follower by more than a tick. Should it fail to start, or die, the follower polls as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from ddptui.launch.nodeops import python_cmd
+from ddptui.transport.base import Spawned, Transport, TransportError
+
+#: argv: the log's path, the size the follower has read up to. The standard library only.
+DOORBELL_SRC = r"""
+import os, select, sys
+path, last = sys.argv[1], int(sys.argv[2])
+while True:
+    ready, _, _ = select.select([0], [], [], 0.01)
+    if ready and not os.read(0, 4096):
+        break
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        continue
+    if size != last:
+        last = size
+        try:
+            os.write(1, b".")
+        except OSError:
+            break
+"""
+
+
+def doorbell_cmd(python: str, log_path: str, offset: int) -> str:
+    return python_cmd(python, DOORBELL_SRC, log_path, str(offset), no_site=True)
+
+
+class Doorbell:
+    """One follower's doorbell: :meth:`wait` returns as soon as the log has grown."""
+
+    def __init__(self, transport: Transport, python: str, log_path: str, offset: int) -> None:
+        self._spawned: Spawned | None = None
+        with contextlib.suppress(TransportError, OSError):
+            self._spawned = transport.spawn(doorbell_cmd(python, log_path, offset))
+
+    @property
+    def ringing(self) -> bool:
+        """It runs (and has not been found dead): a wait ends when the log grows."""
+        return self._spawned is not None
+
+    def wait(self, timeout: float) -> bool:
+        """Up to ``timeout`` for a ring; True if it rang. Once it is found dead, every wait
+        returns False at once and the follower falls back to its poll."""
+        spawned = self._spawned
+        if spawned is None:
+            return False
+        got = spawned.read(timeout)
+        if got is None:
+            self.close()
+            return False
+        return bool(got)
+
+    def close(self) -> None:
+        spawned, self._spawned = self._spawned, None
+        if spawned is not None:
+            with contextlib.suppress(Exception):
+                spawned.close()

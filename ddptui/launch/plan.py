@@ -46,7 +46,7 @@ class NodeLaunch:
 
     @property
     def hold_path(self) -> str:
-        return rundir.in_node_dir(self.node_dir, rundir.HOLD)
+        return rundir.hold_file(self.node_dir)
 
     @property
     def log_dir(self) -> str:
@@ -286,7 +286,7 @@ def launch_script(
     if project is not None:
         lines.append(f'export PYTHONPATH={quote(project)}"${{PYTHONPATH:+:$PYTHONPATH}}"')
     if hold_s is not None:
-        lines += [f"export DDPTUI_HOLD={quote(rundir.in_node_dir(ndir, rundir.HOLD))}",
+        lines += [f"export DDPTUI_HOLD={quote(rundir.hold_file(ndir))}",
                   f"export DDPTUI_HOLD_S={_number(hold_s)}",
                   *([f"export DDPTUI_CWD={quote(project)}"] if project is not None else [])]
     if project is not None and hold_s is None:

@@ -100,6 +100,11 @@ def in_node_dir(node_dir: str, name: str) -> str:
     return posixpath.join(node_dir, name)
 
 
+def hold_file(node_dir: str) -> str:
+    """The file an early-started torchrun holds on (launch.sh exports it, release moves it)."""
+    return in_node_dir(node_dir, HOLD)
+
+
 def sampler_out(segment: int) -> str:
     """The sampler's output segment ``segment`` (they alternate: 0, 1, 0, ...)."""
     return SAMPLER_OUT.format(segment % 2)

@@ -213,3 +213,54 @@ def test_every_shape_of_launch_sh_runs_its_command_once(tmp_path: Path, with_pro
     assert res.returncode == 0 and res.stdout == "ran once\n", (script, res.stderr)
     assert (ndir / rundir.EXIT_CODE).read_text() == "0\n"
     assert ("DDPTUI_HOLD=" in script) == (hold_s is not None)
+
+
+def test_a_node_whose_hold_ran_out_is_told_as_never_released(tmp_path: Path) -> None:
+    """Its controller died during the launch, so torchrun gave up holding (``expired``, no
+    exit code) before a later ``ddptui attach`` followed it: not 'lost', but what happened."""
+    import queue
+
+    from ddptui.config import NodeConfig
+    from ddptui.events import NodeState, NodeStatus
+    from ddptui.launch.follow import EventQueue, Finished, NodeFollower
+    from ddptui.nodelog import NodeLogParser
+    from ddptui.transport.local import LocalTransport
+
+    ndir = tmp_path / "node0"
+    ndir.mkdir()
+    (ndir / rundir.NODE_LOG).write_bytes(b"")
+    (ndir / torchrun_tee.EXPIRED).write_bytes(b"")
+    gone = subprocess.Popen(["true"], start_new_session=True)
+    gone.wait(10)
+    out = EventQueue()
+    transport = LocalTransport(NodeConfig(name="a", host="localhost"))
+    f = NodeFollower(node="a", transport=transport, node_dir=str(ndir),
+                     raw_path=tmp_path / "raw.log", parser=NodeLogParser("a"), out=out,
+                     pgid=gone.pid, stopping=threading.Event(), reconnect=lambda: transport,
+                     poll=0.05, python=sys.executable)
+    f.start()
+    f.join(30)
+    assert not f.is_alive()
+    items = []
+    while True:
+        try:
+            items.append(out.get_nowait())
+        except queue.Empty:
+            break
+    ends = [i for i in items if isinstance(i, Finished)]
+    assert ends == [Finished("a", NodeStatus.FAILED, None)]
+    said = [e.detail for i in items if not isinstance(i, Finished) for e in i.events
+            if isinstance(e, NodeState)]
+    assert any(d.startswith("never released") for d in said), said
+    from ddptui.faces.headless import failure_report
+    from ddptui.launch.outcome import RunResult, run_exit_code
+    from ddptui.store.store import Store
+
+    store = Store()
+    store.add_node("a", 0)
+    for i in items:
+        if not isinstance(i, Finished):
+            store.apply(i.events)
+    code = run_exit_code({"a": None}, [], ["a"], False)
+    report = failure_report(store, RunResult(code, [], {"a": None}, False, None))
+    assert "ddptui: node a: never released" in report and "lost" not in report

@@ -115,10 +115,13 @@ def failure_report(store: Store, result: RunResult, tail: int = 15, run_id: str 
                 if lines:
                     out.append(f"  last lines of rank {f.rank}:")
                     out.extend(f"    {ln.text}" for ln in lines)
-    stopped = {n.name for n in store.node_views() if n.status is NodeStatus.STOPPED}
+    views = {n.name: n for n in store.node_views()}
+    stopped = {name for name, v in views.items() if v.status is NodeStatus.STOPPED}
     for node, code in result.node_exit_codes.items():
         if code not in (0, None) and not any(f.node == node for f in failures):
             out.append(f"ddptui: node {node} exited with code {code}")
+        elif code is None and node in views and views[node].status is NodeStatus.FAILED:
+            out.append(f"ddptui: node {node}: {views[node].detail}")  # ended, and said how
         elif code is None and not result.stopped and node not in stopped:
             again = f" `ddptui attach {run_id}` follows it again." if run_id else ""
             out.append(f"ddptui: node {node} was lost: no exit code could be read; its job may "

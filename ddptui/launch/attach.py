@@ -9,19 +9,23 @@ may declare it lost); only when none can be reached does attaching fail.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ddptui.config import HostsConfig
 from ddptui.config.secrets import config_masker
 from ddptui.events import RunStatus
+from ddptui.ingest import parse_chunk, split_complete
 from ddptui.launch import liveness, withheld
-from ddptui.launch.follow import replay_raw_logs
 from ddptui.launch.outcome import LaunchError
 from ddptui.launch.reach import map_at_once
+from ddptui.nodelog import NodeLogParser
+from ddptui.store import rundir
 from ddptui.store.owner import this_controller
 from ddptui.store.runs import no_run, read_run
 from ddptui.store.runs import state_root as resolve_state_root
+from ddptui.store.store import Store
 
 if TYPE_CHECKING:
     from ddptui.launch.controller import Controller
@@ -62,3 +66,27 @@ def reopen(cls: type[Controller], run_id: str, *, state_root: Path | None, poll:
     if follow:
         ctl.start_following(parsers)
     return ctl
+
+
+def replay_raw_logs(store: Store, run_dir: Path, nodes: list[str]) -> dict[str, NodeLogParser]:
+    """Rebuild ``store``'s memory from the raw copies; mirror only what the checkpoint lacks.
+
+    Call it before ``store`` has mirrored anything: recovery truncates the mirror's files. The
+    parsers come back mid-stream, so that following resumes with the state they reached.
+    """
+    raw_done = Store.recover(run_dir)
+    parsers: dict[str, NodeLogParser] = {}
+    for name in nodes:
+        path = rundir.node_log(run_dir, name)
+        parser = parsers[name] = NodeLogParser(name)
+        if not path.exists():
+            continue
+        whole, rest = split_complete(path.read_bytes())
+        if rest:  # a torn write from a killed controller: read those bytes again
+            with open(path, "r+b") as f:
+                f.truncate(len(whole))
+        done = min(raw_done.get(name, 0), len(whole))
+        now = time.time()
+        store.apply(parse_chunk(parser, whole[:done], now), mirror=False)
+        store.apply(parse_chunk(parser, whole[done:], now), {name: len(whole)})
+    return parsers

@@ -26,11 +26,10 @@ from typing import BinaryIO
 from ddptui.config.secrets import Masker
 from ddptui.events import Event, Level, LineRun, LogLine, NodeState, NodeStatus, Source, ssh_line
 from ddptui.ingest import parse_chunk, split_complete
-from ddptui.launch import nodeops
+from ddptui.launch import nodeops, torchrun_tee
 from ddptui.launch.doorbell import Doorbell
 from ddptui.nodelog import NodeLogParser
 from ddptui.store import rundir
-from ddptui.store.store import Store
 from ddptui.transport.base import Transport, TransportError
 
 #: The most one read takes: a flood's backlog comes over in few round trips (the SSH
@@ -125,30 +124,6 @@ class EventQueue(queue.Queue[Batch | Finished]):
         with self.room:
             while self.events > self.limit and not halt.is_set():
                 self.room.wait(0.2)
-
-
-def replay_raw_logs(store: Store, run_dir: Path, nodes: list[str]) -> dict[str, NodeLogParser]:
-    """Rebuild ``store``'s memory from the raw copies; mirror only what the checkpoint lacks.
-
-    Call it before ``store`` has mirrored anything: recovery truncates the mirror's files. The
-    parsers come back mid-stream, so that following resumes with the state they reached.
-    """
-    raw_done = Store.recover(run_dir)
-    parsers: dict[str, NodeLogParser] = {}
-    for name in nodes:
-        path = rundir.node_log(run_dir, name)
-        parser = parsers[name] = NodeLogParser(name)
-        if not path.exists():
-            continue
-        whole, rest = split_complete(path.read_bytes())
-        if rest:  # a torn write from a killed controller: read those bytes again
-            with open(path, "r+b") as f:
-                f.truncate(len(whole))
-        done = min(raw_done.get(name, 0), len(whole))
-        now = time.time()
-        store.apply(parse_chunk(parser, whole[:done], now), mirror=False)
-        store.apply(parse_chunk(parser, whole[done:], now), {name: len(whole)})
-    return parsers
 
 
 class NodeFollower(threading.Thread):
@@ -375,6 +350,14 @@ class NodeFollower(threading.Thread):
             # request.
             self._wait(self.poll if self._ranks_spoke else min(self.poll, FIRST_POLL))
 
+    def _never_released(self) -> bool:
+        """An early-started torchrun's hold ran out (``torchrun_tee.hold``): nothing ran."""
+        try:
+            self.transport.read_from(self._remote(torchrun_tee.EXPIRED), 0, 1)
+        except (FileNotFoundError, TransportError, OSError):
+            return False
+        return True
+
     def _stop_requested(self) -> bool:
         try:
             self.transport.read_from(self._remote(rundir.STOP_REQUESTED), 0, 1)
@@ -388,6 +371,10 @@ class NodeFollower(threading.Thread):
         if self.stopping.is_set() or self._stop_requested():
             status = NodeStatus.STOPPED
             detail = "on request" if code is None else f"on request, exit code {code}"
+        elif code is None and self._never_released():
+            status = NodeStatus.FAILED
+            detail = ("never released: the ddptui that launched it ended before its checks "
+                      "did, and torchrun gave up waiting; run the job again")
         elif code is None:
             status = NodeStatus.LOST
             detail = "the launcher is gone and left no exit code (killed from outside?)"

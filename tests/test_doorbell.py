@@ -24,11 +24,17 @@ def rings_within(bell: Doorbell, secs: float) -> bool:
     return False
 
 
+def local_bell(log: Path, content: bytes, offset: int,
+               python: str = sys.executable) -> Doorbell:
+    """A doorbell on a local node for ``log``, holding ``content``, read up to ``offset``."""
+    log.write_bytes(content)
+    return Doorbell(LocalTransport(NodeConfig(name="a", host="localhost")), python, str(log),
+                    offset)
+
+
 def test_it_rings_on_growth_and_only_then(tmp_path: Path) -> None:
     log = tmp_path / "node.log"
-    log.write_bytes(b"old\n")
-    bell = Doorbell(LocalTransport(NodeConfig(name="a", host="localhost")), sys.executable,
-                    str(log), 4)
+    bell = local_bell(log, b"old\n", 4)
     try:
         assert bell.ringing
         assert not rings_within(bell, 0.3)  # read up to its end already: nothing to say
@@ -41,10 +47,7 @@ def test_it_rings_on_growth_and_only_then(tmp_path: Path) -> None:
 
 
 def test_a_log_already_ahead_of_the_follower_rings_at_once(tmp_path: Path) -> None:
-    log = tmp_path / "node.log"
-    log.write_bytes(b"unread\n")
-    bell = Doorbell(LocalTransport(NodeConfig(name="a", host="localhost")), sys.executable,
-                    str(log), 0)
+    bell = local_bell(tmp_path / "node.log", b"unread\n", 0)
     try:
         assert rings_within(bell, 5)
     finally:
@@ -52,10 +55,7 @@ def test_a_log_already_ahead_of_the_follower_rings_at_once(tmp_path: Path) -> No
 
 
 def test_closing_it_ends_the_program(tmp_path: Path) -> None:
-    log = tmp_path / "node.log"
-    log.write_bytes(b"")
-    bell = Doorbell(LocalTransport(NodeConfig(name="a", host="localhost")), sys.executable,
-                    str(log), 0)
+    bell = local_bell(tmp_path / "node.log", b"", 0)
     spawned = bell._spawned
     assert spawned is not None
     bell.close()
@@ -64,8 +64,7 @@ def test_closing_it_ends_the_program(tmp_path: Path) -> None:
 
 
 def test_a_doorbell_that_cannot_run_leaves_the_poll(tmp_path: Path) -> None:
-    bell = Doorbell(LocalTransport(NodeConfig(name="a", host="localhost")),
-                    "/opt/no-such-env/bin/python3", str(tmp_path / "node.log"), 0)
+    bell = local_bell(tmp_path / "node.log", b"", 0, "/opt/no-such-env/bin/python3")
     start = time.monotonic()
     assert not bell.wait(5)  # it ends at once: found dead, the wait ends with it
     assert not bell.ringing and time.monotonic() - start < 4

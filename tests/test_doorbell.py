@@ -16,59 +16,49 @@ from ddptui.transport.local import LocalTransport
 from ddptui.transport.ssh import SSHTransport
 
 
-def rings_within(bell: Doorbell, secs: float) -> bool:
-    end = time.monotonic() + secs
-    while time.monotonic() < end:
-        if bell.wait(0.05):
-            return True
-    return False
-
-
-def local_bell(log: Path, content: bytes, offset: int,
-               python: str = sys.executable) -> Doorbell:
-    """A doorbell on a local node for ``log``, holding ``content``, read up to ``offset``."""
+def local_bell(log: Path, content: bytes, python: str = sys.executable) -> Doorbell:
+    """A doorbell on a local node for ``log``, which holds ``content``."""
     log.write_bytes(content)
-    return Doorbell(LocalTransport(NodeConfig(name="a", host="localhost")), python, str(log),
-                    offset)
+    return Doorbell(LocalTransport(NodeConfig(name="a", host="localhost")), python, str(log))
 
 
 def test_it_rings_on_growth_and_only_then(tmp_path: Path) -> None:
     log = tmp_path / "node.log"
-    bell = local_bell(log, b"old\n", 4)
+    bell = local_bell(log, b"old\n")
     try:
         assert bell.ringing
-        assert not rings_within(bell, 0.3)  # read up to its end already: nothing to say
+        assert not bell.wait(4, 0.3)  # read up to its end already: nothing to say
         with open(log, "ab") as f:
             f.write(b"new\n")
-        assert rings_within(bell, 5)
-        assert not bell.wait(0.2)  # one growth, one ring (a few at most, drained at once)
+        assert bell.wait(4, 5)
+        assert not bell.wait(8, 0.2)  # read up to the new end: silent again
     finally:
         bell.close()
 
 
 def test_a_log_already_ahead_of_the_follower_rings_at_once(tmp_path: Path) -> None:
-    bell = local_bell(tmp_path / "node.log", b"unread\n", 0)
+    bell = local_bell(tmp_path / "node.log", b"unread\n")
     try:
-        assert rings_within(bell, 5)
+        assert bell.wait(0, 5)
     finally:
         bell.close()
 
 
 def test_closing_it_ends_the_program(tmp_path: Path) -> None:
-    bell = local_bell(tmp_path / "node.log", b"", 0)
+    bell = local_bell(tmp_path / "node.log", b"")
     spawned = bell._spawned
     assert spawned is not None
     bell.close()
     assert spawned.proc.poll() is not None  # type: ignore[attr-defined]
-    assert not bell.ringing and not bell.wait(0.01)
+    assert not bell.ringing and not bell.wait(0, 0.01)
 
 
 def test_a_doorbell_that_cannot_run_leaves_the_poll(tmp_path: Path) -> None:
-    bell = local_bell(tmp_path / "node.log", b"", 0, "/opt/no-such-env/bin/python3")
+    bell = local_bell(tmp_path / "node.log", b"", "/opt/no-such-env/bin/python3")
     start = time.monotonic()
-    assert not bell.wait(5)  # it ends at once: found dead, the wait ends with it
+    assert not bell.wait(0, 5)  # it ends at once: found dead, the wait ends with it
     assert not bell.ringing and time.monotonic() - start < 4
-    assert not bell.wait(5) and time.monotonic() - start < 4  # later waits: at once
+    assert not bell.wait(0, 5) and time.monotonic() - start < 4  # later waits: at once
 
 
 @pytest.mark.cluster
@@ -82,11 +72,11 @@ def test_over_ssh_it_rings_and_leaves_nothing_behind(cluster2: Cluster, tmp_path
     t.connect(10)
     try:
         before = set(cluster2.pids(host))
-        bell = Doorbell(t, sys.executable, str(log), 0)
-        assert bell.ringing and not rings_within(bell, 0.3)
+        bell = Doorbell(t, sys.executable, str(log))
+        assert bell.ringing and not bell.wait(0, 0.3)
         with open(log, "ab") as f:
             f.write(b"a line\n")
-        assert rings_within(bell, 5)
+        assert bell.wait(0, 5)
         assert set(cluster2.pids(host)) - before  # its sh and python run on the node
         bell.close()
         end = time.monotonic() + 10

@@ -4,9 +4,13 @@ The follower reads ``node.log`` by offset (SFTP, or an exec channel for big read
 and resumable after a reconnect), and between reads it waited its poll, 0.2 s: most of the
 time from a line written on a node to the line on screen (``bench/stream.py``), and of a
 launch's last phase, where pdsh's ssh hands the first line over as it comes. This program
-runs beside the log on the node's connection, looks at the log's size every 10 ms (a stat,
-nothing a node notices) and writes one byte when it changed; the follower waits on that
-byte instead of sleeping. It only rings: the lines still travel by the follower's reads.
+runs beside the log on the node's connection. Each time the follower waits, it tells the
+program how far it has read; the program looks at the log's size every 10 ms until it
+differs (a stat, nothing a node notices), writes one byte, and sleeps until the next wait.
+The follower waits on that byte instead of sleeping. A busy follower (a flood) never
+waits, so nothing rings: each ring is an SSH packet the controller handles in Python, and
+a stopping follower, which polls, leaves its doorbell asleep. It only rings: the lines
+still travel by the follower's reads.
 
 It ends when its stdin reaches end of file, which is what closing its channel gives (or
 the SSH connection dropping, or the controller dying), so nothing of it outlives its
@@ -20,20 +24,28 @@ import contextlib
 from ddptui.launch.nodeops import python_cmd
 from ddptui.transport.base import Spawned, Transport, TransportError
 
-#: argv: the log's path, the size the follower has read up to. The standard library only.
+#: argv: the log's path. stdin: one line per wait of the follower, the size it has read up to
+#: (it arms the bell); end of file ends it. The standard library only.
 DOORBELL_SRC = r"""
 import os, select, sys
-path, last = sys.argv[1], int(sys.argv[2])
+path, armed, pending = sys.argv[1], None, b""
 while True:
-    ready, _, _ = select.select([0], [], [], 0.01)
-    if ready and not os.read(0, 4096):
-        break
+    ready, _, _ = select.select([0], [], [], None if armed is None else 0.01)
+    if ready:
+        data = os.read(0, 4096)
+        if not data:
+            break
+        *lines, pending = (pending + data).split(b"\n")
+        if lines:
+            armed = int(lines[-1])
+    if armed is None:
+        continue
     try:
         size = os.stat(path).st_size
     except OSError:
         continue
-    if size != last:
-        last = size
+    if size != armed:
+        armed = None
         try:
             os.write(1, b".")
         except OSError:
@@ -41,28 +53,34 @@ while True:
 """
 
 
-def doorbell_cmd(python: str, log_path: str, offset: int) -> str:
-    return python_cmd(python, DOORBELL_SRC, log_path, str(offset), no_site=True)
+def doorbell_cmd(python: str, log_path: str) -> str:
+    return python_cmd(python, DOORBELL_SRC, log_path, no_site=True)
 
 
 class Doorbell:
     """One follower's doorbell: :meth:`wait` returns as soon as the log has grown."""
 
-    def __init__(self, transport: Transport, python: str, log_path: str, offset: int) -> None:
+    def __init__(self, transport: Transport, python: str, log_path: str) -> None:
         self._spawned: Spawned | None = None
         with contextlib.suppress(TransportError, OSError):
-            self._spawned = transport.spawn(doorbell_cmd(python, log_path, offset))
+            self._spawned = transport.spawn(doorbell_cmd(python, log_path))
 
     @property
     def ringing(self) -> bool:
         """It runs (and has not been found dead): a wait ends when the log grows."""
         return self._spawned is not None
 
-    def wait(self, timeout: float) -> bool:
-        """Up to ``timeout`` for a ring; True if it rang. Once it is found dead, every wait
-        returns False at once and the follower falls back to its poll."""
+    def wait(self, offset: int, timeout: float) -> bool:
+        """Up to ``timeout`` for the log to differ from ``offset`` bytes; True if it rang
+        (a ring armed by an earlier wait may answer too: one read more). Once it is found
+        dead, every wait returns False at once and the follower falls back to its poll."""
         spawned = self._spawned
         if spawned is None:
+            return False
+        try:
+            spawned.send(b"%d\n" % offset)
+        except (TransportError, OSError):
+            self.close()
             return False
         got = spawned.read(timeout)
         if got is None:

@@ -298,11 +298,11 @@ class NodeFollower(threading.Thread):
             if self._bell is not None:
                 self._bell[1].close()
             self._bell = (transport, Doorbell(transport, self.python,
-                                              self._remote(rundir.NODE_LOG),
-                                              self.offset + len(self._buf)))
+                                              self._remote(rundir.NODE_LOG)))
         bell = self._bell[1] if self._bell is not None else None
-        if bell is not None and bell.ringing and not self.halt.is_set():
-            bell.wait(timeout)
+        if bell is not None and bell.ringing and not (self.halt.is_set()
+                                                      or self.stopping.is_set()):
+            bell.wait(self.offset + len(self._buf), timeout)
             if bell.ringing:
                 return
         self.halt.wait(timeout)

@@ -37,6 +37,9 @@ class Spawned(Protocol):
         """What it printed since the last read, waiting up to ``timeout`` for something
         (``b""`` if nothing came); ``None`` once it has ended or its connection is gone."""
 
+    def send(self, data: bytes) -> None:
+        """Write ``data`` to its stdin; raise OSError or TransportError if it is gone."""
+
     def close(self) -> None:
         """Close its stdin and stop reading: a command that watches its stdin (as ddptui's
         own node programs do) then ends by itself; idempotent."""

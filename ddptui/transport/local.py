@@ -172,6 +172,12 @@ class PipedCommand:
             return b""
         return os.read(out.fileno(), 65536) or None
 
+    def send(self, data: bytes) -> None:
+        if self.proc.stdin is None:
+            raise OSError("no stdin")
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
     def close(self) -> None:
         for pipe in (self.proc.stdin, self.proc.stdout):
             if pipe is not None:

@@ -114,6 +114,12 @@ class ChannelCommand:
             return None
         return data or None
 
+    def send(self, data: bytes) -> None:
+        try:
+            self.chan.sendall(data)
+        except (paramiko.SSHException, EOFError) as exc:
+            raise OSError(f"the channel is closed: {exc}") from exc
+
     def close(self) -> None:
         self.chan.close()
 

@@ -264,3 +264,48 @@ def test_a_node_whose_hold_ran_out_is_told_as_never_released(tmp_path: Path) -> 
     code = run_exit_code({"a": None}, [], ["a"], False)
     report = failure_report(store, RunResult(code, [], {"a": None}, False, None))
     assert "ddptui: node a: never released" in report and "lost" not in report
+
+
+def test_a_node_end_survives_a_dropped_connection_while_it_is_judged(tmp_path: Path) -> None:
+    """The connection drops on the read that asks whether a stop was requested: the follower
+    reconnects and still reports the node's end, once."""
+    import queue
+
+    from ddptui.config import NodeConfig
+    from ddptui.events import NodeStatus
+    from ddptui.launch.follow import EventQueue, Finished, NodeFollower
+    from ddptui.nodelog import NodeLogParser
+    from ddptui.transport.base import TransportError
+    from ddptui.transport.local import LocalTransport
+
+    class DropsOnce(LocalTransport):
+        dropped = 0
+
+        def read_from(self, path: str, offset: int, size: int) -> bytes:
+            if path.endswith(rundir.STOP_REQUESTED) and not DropsOnce.dropped:
+                DropsOnce.dropped += 1
+                raise TransportError("a", "connection reset")
+            return super().read_from(path, offset, size)
+
+    ndir = tmp_path / "node0"
+    ndir.mkdir()
+    (ndir / rundir.NODE_LOG).write_bytes(b"")
+    (ndir / rundir.EXIT_CODE).write_text("0\n")
+    out = EventQueue()
+    transport = DropsOnce(NodeConfig(name="a", host="localhost"))
+    f = NodeFollower(node="a", transport=transport, node_dir=str(ndir),
+                     raw_path=tmp_path / "raw.log", parser=NodeLogParser("a"), out=out,
+                     pgid=None, stopping=threading.Event(), reconnect=lambda: transport,
+                     poll=0.05)
+    f.start()
+    f.join(30)
+    assert not f.is_alive() and DropsOnce.dropped == 1
+    ends = []
+    while True:
+        try:
+            item = out.get_nowait()
+        except queue.Empty:
+            break
+        if isinstance(item, Finished):
+            ends.append(item)
+    assert ends == [Finished("a", NodeStatus.EXITED, 0)]

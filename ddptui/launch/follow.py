@@ -350,37 +350,36 @@ class NodeFollower(threading.Thread):
             # request.
             self._wait(self.poll if self._ranks_spoke else min(self.poll, FIRST_POLL))
 
-    def _never_released(self) -> bool:
-        """An early-started torchrun's hold ran out (``torchrun_tee.hold``): nothing ran."""
+    def _has(self, name: str) -> bool:
+        """Whether the node's run directory holds ``name`` (a marker file). A transport error
+        goes up to the loop, which reconnects and asks again: a guess here would be the
+        node's final word."""
         try:
-            self.transport.read_from(self._remote(torchrun_tee.EXPIRED), 0, 1)
-        except (FileNotFoundError, TransportError, OSError):
-            return False
-        return True
-
-    def _stop_requested(self) -> bool:
-        try:
-            self.transport.read_from(self._remote(rundir.STOP_REQUESTED), 0, 1)
+            self.transport.read_from(self._remote(name), 0, 1)
         except FileNotFoundError:
             return False
         return True
 
+    def _verdict(self, code: int | None) -> tuple[NodeStatus, str]:
+        if self.stopping.is_set() or self._has(rundir.STOP_REQUESTED):
+            return NodeStatus.STOPPED, ("on request" if code is None
+                                        else f"on request, exit code {code}")
+        if code is None and self._has(torchrun_tee.EXPIRED):  # the hold ran out: nothing ran
+            return NodeStatus.FAILED, ("never released: the ddptui that launched it ended "
+                                       "before its checks did, and torchrun gave up waiting; "
+                                       "run the job again")
+        if code is None:
+            return NodeStatus.LOST, ("the launcher is gone and left no exit code (killed "
+                                     "from outside?)")
+        if code == 0:
+            return NodeStatus.EXITED, "exit code 0"
+        return NodeStatus.FAILED, f"exit code {code}"
+
     def _finish(self, code: int | None) -> None:
+        # The verdict's remote reads come before the claim: if one fails, the end is still
+        # unclaimed when the loop comes back here after reconnecting.
+        status, detail = self._verdict(code)
         if not self._claim_end():
             return
-        if self.stopping.is_set() or self._stop_requested():
-            status = NodeStatus.STOPPED
-            detail = "on request" if code is None else f"on request, exit code {code}"
-        elif code is None and self._never_released():
-            status = NodeStatus.FAILED
-            detail = ("never released: the ddptui that launched it ended before its checks "
-                      "did, and torchrun gave up waiting; run the job again")
-        elif code is None:
-            status = NodeStatus.LOST
-            detail = "the launcher is gone and left no exit code (killed from outside?)"
-        elif code == 0:
-            status, detail = NodeStatus.EXITED, "exit code 0"
-        else:
-            status, detail = NodeStatus.FAILED, f"exit code {code}"
         self._state(status, detail, code)
         self.out.put(Finished(self.node, status, code))

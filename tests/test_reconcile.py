@@ -82,6 +82,36 @@ def test_listing_settles_a_stale_run_from_what_was_recorded(tmp_path: Path) -> N
     assert "running?" in label
 
 
+def test_a_check_tells_a_node_never_released_from_a_lost_one(tmp_path: Path) -> None:
+    """Its controller died mid-launch and the early-started torchrun gave up waiting
+    (``expired``, no exit code): the check records the run failed and says why, as a follower
+    would, where a node with no trace at all would be lost."""
+    import sys
+
+    from ddptui.config import load_config
+    from ddptui.launch import torchrun_tee
+    from ddptui.launch.reconcile import check_run
+    from ddptui.store import rundir
+
+    hosts_file = tmp_path / "hosts.yaml"
+    hosts_file.write_text(f"defaults:\n  python: {sys.executable}\nnodes:\n"
+                          f"  - name: a\n    transport: local\n    workdir: {tmp_path}/a\n")
+    config = load_config(hosts_file)
+    d = fake_run(tmp_path / "state", "r-held", "launching", {}, dead_controller())
+    meta = json.loads((d / "run.json").read_text())
+    node_dir = tmp_path / "a" / "node0"
+    node_dir.mkdir(parents=True)
+    (node_dir / torchrun_tee.EXPIRED).write_bytes(b"")
+    meta.update(config=config.to_dict(),
+                nodes=[{"name": "a", "node_rank": 0, "run_dir": str(node_dir)}])
+    (d / rundir.RUN_JSON).write_text(json.dumps(meta))
+    checked = check_run(tmp_path / "state", "r-held")
+    assert checked.never_released == ["a"]
+    assert "recorded as failed (a: never released" in checked.text()
+    assert "run the job again" in checked.text()
+    assert json.loads((d / rundir.RUN_JSON).read_text())["status"] == "failed"
+
+
 @pytest.mark.cluster
 @pytest.mark.torchrun
 def test_a_run_whose_controller_died_is_checked_on_its_nodes_then_attached(

@@ -10,9 +10,10 @@ steps, so that a listing never waits on a network:
    ``running?`` (see :class:`ddptui.store.runs.RunSummary`).
 2. **On its nodes, on request** (:func:`check_run`: ``ddptui logs --check``). Each node is
    asked what is left of the run there: processes carrying its marker, the exit code
-   ``launch.sh`` wrote, whether a stop was requested. Nothing alive on any node: the end is
-   recorded. Something alive: the run is ``detached`` (``ddptui attach`` follows it, ``ddptui
-   stop`` ends it). A node that does not answer leaves the run ``running?``.
+   ``launch.sh`` wrote, whether a stop was requested, whether an early-started torchrun
+   gave up waiting to be released (its controller died mid-launch). Nothing alive on any
+   node: the end is recorded. Something alive: the run is ``detached`` (``ddptui attach``
+   follows it, ``ddptui stop`` ends it). A node that does not answer leaves the run ``running?``.
 
 ``ddptui attach`` and ``ddptui stop`` settle a stale run by themselves: the followers read
 each node to its end, and a stop ends it.
@@ -28,14 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from ddptui.events import NodeStatus, RunStatus
-from ddptui.launch import nodeops
+from ddptui.launch import nodeops, torchrun_tee
 from ddptui.launch.outcome import STOPPED_EXIT, run_exit_code
 from ddptui.store import rundir
 from ddptui.store.runs import RunSummary, list_runs, read_run, summary_of, write_run
 
 CHECK_SRC = nodeops.PROCS_SRC + r"""
 import json, sys
-marker, exit_path, stop_path = sys.argv[1].encode(), sys.argv[2], sys.argv[3]
+marker, exit_path, stop_path, expired_path = sys.argv[1].encode(), *sys.argv[2:5]
 alive = [pid for pid, env, _ in procs() if marker in env]
 try:
     with open(exit_path) as f:
@@ -43,6 +44,7 @@ try:
 except OSError:
     code = ""
 print(json.dumps({"alive": sorted(alive), "stop_requested": os.path.exists(stop_path),
+                  "expired": os.path.exists(expired_path),
                   "exit_code": int(code) if code.lstrip("-").isdigit() else None}))
 """
 
@@ -61,10 +63,16 @@ class Checked:
     alive: dict[str, list[int]] = field(default_factory=dict)
     unreachable: dict[str, str] = field(default_factory=dict)
     settled: RunStatus | None = None
+    never_released: list[str] = field(default_factory=list)
 
     def text(self) -> str:
         if self.settled is not None:
-            return f"run {self.run_id}: nothing of it runs on its nodes; recorded as {self.settled}"
+            said = f"run {self.run_id}: nothing of it runs on its nodes; recorded as {self.settled}"
+            if self.never_released:
+                said += (f" ({', '.join(self.never_released)}: never released, its controller "
+                         "ended during the launch and nothing of the job ran there; run the "
+                         "job again)")
+            return said
         if self.alive:
             where = ", ".join(f"{n} ({len(p)} processes)" for n, p in self.alive.items())
             return (f"run {self.run_id}: still running on {where} without a controller; "
@@ -74,11 +82,12 @@ class Checked:
         return f"run {self.run_id}: could not ask every node ({where}); its status is unknown"
 
 
-def node_status(code: int | None, stop_requested: bool) -> NodeStatus:
+def node_status(code: int | None, stop_requested: bool, expired: bool = False) -> NodeStatus:
+    """As the follower judges a node's end (``NodeFollower._verdict``), from the same files."""
     if stop_requested:
         return NodeStatus.STOPPED
     if code is None:
-        return NodeStatus.LOST
+        return NodeStatus.FAILED if expired else NodeStatus.LOST
     return NodeStatus.EXITED if code == 0 else NodeStatus.FAILED
 
 
@@ -164,7 +173,8 @@ def _ask(meta: dict[str, Any], run_id: str, node: dict[str, Any]) -> dict[str, A
         res = transport.run(nodeops.python_cmd(
             cfg.python, CHECK_SRC, nodeops.marker(run_id, int(node["node_rank"])),
             rundir.in_node_dir(ndir, rundir.EXIT_CODE),
-            rundir.in_node_dir(ndir, rundir.STOP_REQUESTED)), timeout=30)
+            rundir.in_node_dir(ndir, rundir.STOP_REQUESTED),
+            rundir.in_node_dir(ndir, torchrun_tee.EXPIRED)), timeout=30)
     finally:
         transport.close()
     for line in reversed(res.stdout.strip().splitlines()):
@@ -193,8 +203,10 @@ def check_run(root: Path, run_id: str) -> Checked:
         elif got["alive"]:
             out.alive[name] = list(got["alive"])
         else:
-            ends[name] = NodeEnd(node_status(got["exit_code"], got["stop_requested"]),
-                                 got["exit_code"])
+            ends[name] = NodeEnd(node_status(got["exit_code"], got["stop_requested"],
+                                             bool(got.get("expired"))), got["exit_code"])
+            if ends[name].status is NodeStatus.FAILED and ends[name].exit_code is None:
+                out.never_released.append(name)
     if out.alive or out.unreachable or not nodes:
         meta["reconciled"] = {"at": time.time(), "by": "ddptui logs --check",
                               "alive": out.alive, "unreachable": out.unreachable}

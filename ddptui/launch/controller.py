@@ -41,6 +41,7 @@ from ddptui.launch.outcome import LaunchError, RunResult, StopReport, run_exit_c
 from ddptui.launch.plan import NodeLaunch, Plan, new_run_id
 from ddptui.launch.reach import connect, map_at_once
 from ddptui.launch.stacks import Stacks, take
+from ddptui.launch.standby import Standby
 from ddptui.launch.telemetry import Samplers
 from ddptui.launch.watch import HealthWatch
 from ddptui.nccl import NcclFacts
@@ -100,6 +101,7 @@ class Controller:
         self.health = HealthWatch(config.health, self.store, self._listeners,  # stalls
                                   lambda on: self.stacks(nodes=on), self._publish, self.run_id)
         self.samplers = Samplers()  # each node's telemetry, from start_following to the end
+        self.standby = Standby()  # each node's stop program, waiting: a stop is one line
         self.masker = config_masker(config)  # secret env values, hidden in every line kept
 
     @property
@@ -221,6 +223,9 @@ class Controller:
             f.start()
         self.watch.start()
         self.samplers.start(self)
+        threading.Thread(target=map_at_once, daemon=True, name="ddptui-standby", args=(
+            [n.name for n in self.config.nodes], lambda name: self.standby.start(
+                name, self.transports[name], liveness.stop_command(self, name, None)))).start()
 
     def _reconnect(self, node: NodeConfig) -> Transport:
         transport = connect(node, self.config)
@@ -297,6 +302,7 @@ class Controller:
         self.samplers.end(frozenset(n for n, f in self._finished.items()
                                     if f.status is NodeStatus.LOST))
         self.store.close()
+        self.standby.end()
         self._close_transports()
         self._done.set()
 
@@ -319,7 +325,8 @@ class Controller:
         transport = self.transports.get(name)
         if transport is None:
             transport = self._reconnect(self.config.node(name))
-        parsed = liveness.stop_remote(self, name, transport, grace)
+        parsed = (self.standby.stop(name, transport, grace)
+                  or liveness.stop_remote(self, name, transport, grace))
         if parsed.killed:
             self._publish_note(name, f"{len(parsed.killed)} process(es) ignored SIGTERM for "
                                      f"{grace:g} s and were killed", Level.WARNING)
@@ -378,6 +385,7 @@ class Controller:
         if self._consumer is not None:
             self._consumer.join(timeout=10)
         self.samplers.end()  # nobody watches: a new one starts on attach
+        self.standby.end()
         self._close_transports()
         if self._meta.get("nodes"):  # run.json must not name a follower that is no more
             self.write_meta(controller={**this_controller(), "detached": True})

@@ -139,13 +139,17 @@ def lost_nodes(ctl: Controller) -> list[str]:
     return [n for n, f in ctl._finished.items() if f.status is NodeStatus.LOST]
 
 
+def stop_command(ctl: Controller, name: str, grace: float | None) -> str:
+    """The stop program for one node of the run; ``grace`` None: on standby."""
+    return nodeops.stop_cmd(ctl.config.node(name).python, ctl.run_id, ctl._rank_of(name),
+                            grace, ctl._pgids.get(name), ctl._node_dir(name))
+
+
 def stop_remote(ctl: Controller, name: str, transport: Transport, grace: float
                 ) -> nodeops.StopResult:
     """Stop the run's processes on one node through ``transport`` (SIGTERM, ``grace``,
     SIGKILL): what was found, killed and is still alive there."""
-    res = transport.run(nodeops.stop_cmd(ctl.config.node(name).python, ctl.run_id,
-                                         ctl._rank_of(name), grace, ctl._pgids.get(name),
-                                         ctl._node_dir(name)), timeout=grace + 60)
+    res = transport.run(stop_command(ctl, name, grace), timeout=grace + 60)
     parsed = nodeops.parse_stop(res.stdout)
     if parsed is None:
         raise TransportError(name, f"node {name}: the stop command failed (exit code "

@@ -108,8 +108,13 @@ import json, signal, sys, time
 # nothing of the user's to save. A tenth of a second, then SIGKILL.
 AGENT_WAIT = 0.1
 marker = sys.argv[1].encode()
-grace = float(sys.argv[2])
+grace = sys.argv[2]
 pgid = int(sys.argv[3])
+if grace == "-":  # on standby (launch/standby.py): the grace comes on stdin, and with it the go
+    grace = sys.stdin.readline().strip()
+    if not grace:  # end of file: its controller is done with it, nothing to stop
+        sys.exit(0)
+grace = float(grace)
 try:  # so a controller following from elsewhere reports "stopped", not "failed"
     open(sys.argv[4], "w").close()
 except OSError:
@@ -189,9 +194,12 @@ def probe_cmd(python: str) -> str:
     return python_cmd(python, PROBE_SRC)
 
 
-def stop_cmd(python: str, run_id: str, node_rank: int, grace: float, pgid: int | None,
+def stop_cmd(python: str, run_id: str, node_rank: int, grace: float | None, pgid: int | None,
              node_dir: str) -> str:
-    return python_cmd(python, STOP_SRC, marker(run_id, node_rank), f"{grace:g}", str(pgid or 0),
+    """``grace`` None: the program on standby, which reads the grace from its stdin when the
+    stop comes (see :mod:`ddptui.launch.standby`)."""
+    return python_cmd(python, STOP_SRC, marker(run_id, node_rank),
+                      "-" if grace is None else f"{grace:g}", str(pgid or 0),
                       rundir.in_node_dir(node_dir, rundir.STOP_REQUESTED), no_site=True)
 
 

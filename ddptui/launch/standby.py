@@ -1,0 +1,90 @@
+"""Each node's stop program, started with the run and waiting for the word.
+
+A stop used to open a channel per node, which started a shell and an interpreter that
+imported and read its arguments before the first SIGTERM: on sixteen nodes sharing two cores
+(``bench/stop.py``) that took 0.3-0.5 s of the stop's second, and on real nodes it is a new
+SSH session and interpreter each. So the same program (``nodeops.STOP_SRC``) is started on
+every node once its followers are running, and waits on its stdin; a stop is then one line
+(the grace) on a channel that is already open, and the result comes back on it as it
+would from a fresh program.
+
+A standby that cannot start, or whose connection was replaced (a reconnect), or that ends
+without its result is not a failed stop: the controller stops that node the usual way.
+Closing the channel (the run's end, a detach, the controller dying) gives the program end
+of file, on which it exits without touching anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+from ddptui.launch import nodeops
+from ddptui.transport.base import Spawned, Transport, TransportError
+
+#: Beyond the grace, how long a standby may take to report before the usual stop is tried.
+REPORT_SLACK_S = 30.0
+
+
+class Standby:
+    """The run's waiting stop programs, one per node, each on that node's connection."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: dict[str, tuple[Transport, Spawned]] = {}
+        self._ended = False
+
+    def start(self, name: str, transport: Transport, command: str) -> None:
+        """Start ``command`` (``nodeops.stop_cmd`` with no grace) on the node; quietly
+        nothing when it cannot start: a stop then goes the usual way."""
+        try:
+            spawned = transport.spawn(command)
+        except (TransportError, OSError):
+            return
+        with self._lock:
+            old = self._waiting.pop(name, None)
+            stale = [old[1]] if old is not None else []
+            if self._ended:
+                stale.append(spawned)
+            else:
+                self._waiting[name] = (transport, spawned)
+        for s in stale:
+            s.close()
+
+    def stop(self, name: str, transport: Transport, grace: float) -> nodeops.StopResult | None:
+        """Stop the run on ``name`` through its standby, if it waits on ``transport`` (the
+        node's current connection); None when it cannot say: the caller stops it anew."""
+        with self._lock:
+            waiting = self._waiting.pop(name, None)
+        if waiting is None:
+            return None
+        on, spawned = waiting
+        try:
+            if on is not transport:
+                return None
+            spawned.send(b"%g\n" % grace)
+            out = b""
+            deadline = time.monotonic() + grace + REPORT_SLACK_S
+            while (left := deadline - time.monotonic()) > 0:
+                got = spawned.read(min(left, 1.0))
+                if got is None:
+                    break
+                out += got
+                if got.endswith(b"\n") and (found := nodeops.parse_stop(out.decode(
+                        "utf-8", errors="replace"))) is not None:
+                    return found
+            return nodeops.parse_stop(out.decode("utf-8", errors="replace"))
+        except (TransportError, OSError):
+            return None
+        finally:
+            spawned.close()
+
+    def end(self) -> None:
+        """Close every waiting program (each exits on end of file); none starts after."""
+        with self._lock:
+            self._ended = True
+            waiting, self._waiting = list(self._waiting.values()), {}
+        for _, spawned in waiting:
+            with contextlib.suppress(Exception):
+                spawned.close()

@@ -1,0 +1,155 @@
+"""Each node's stop program waits from the start of the run (``launch/standby.py``): a stop is
+one line to it; one that is gone leaves the usual stop; none outlives its run or touches
+anything when its channel closes. On the local transport and over real SSH."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cluster import Cluster
+from jobs import marked_pids, write_job
+from test_ssh_run import hosts, wait_until
+
+from ddptui.config import NodeConfig, load_config
+from ddptui.launch import nodeops
+from ddptui.launch.controller import Controller
+from ddptui.launch.standby import Standby
+from ddptui.store import rundir
+from ddptui.transport.local import LocalTransport
+
+
+def standbys(run_id: str) -> list[int]:
+    """The run's stop programs waiting on any node (all share this machine's PIDs)."""
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            args = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if len(args) > 5 and args[4].startswith(f"DDPTUI_RUN={run_id}/".encode()) \
+                and args[5] == b"-":
+            found.append(int(d))
+    return found
+
+
+def marked_sleep(run_id: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(["sleep", "60"], start_new_session=True,
+                            env={**os.environ, "DDPTUI_RUN": f"{run_id}/0"})
+
+
+def local_standby(run_id: str, pgid: int, node_dir: Path) -> tuple[Standby, LocalTransport]:
+    transport = LocalTransport(NodeConfig(name="a", host="localhost"))
+    standby = Standby()
+    standby.start("a", transport, nodeops.stop_cmd(sys.executable, run_id, 0, None, pgid,
+                                                   str(node_dir)))
+    return standby, transport
+
+
+def test_one_line_stops_the_run_on_the_node(tmp_path: Path) -> None:
+    job = marked_sleep("r-standby")
+    try:
+        standby, transport = local_standby("r-standby", job.pid, tmp_path)
+        wait_until(lambda: standbys("r-standby"), 10, "the stop program to wait")
+        time.sleep(0.2)
+        assert job.poll() is None and not (tmp_path / rundir.STOP_REQUESTED).exists()
+        result = standby.stop("a", transport, 1.0)
+        assert result is not None and job.pid in result.found and not result.leftover
+        assert job.wait(5) == -signal.SIGTERM
+        assert (tmp_path / rundir.STOP_REQUESTED).exists()
+        wait_until(lambda: not standbys("r-standby"), 10, "the stop program to end")
+        assert standby.stop("a", transport, 1.0) is None  # used once: then the usual way
+    finally:
+        job.kill()
+        job.wait(5)
+
+
+def test_closed_it_ends_and_touches_nothing(tmp_path: Path) -> None:
+    job = marked_sleep("r-closed")
+    try:
+        standby, transport = local_standby("r-closed", job.pid, tmp_path)
+        wait_until(lambda: standbys("r-closed"), 10, "the stop program to wait")
+        standby.end()
+        wait_until(lambda: not standbys("r-closed"), 10, "the stop program to end")
+        assert job.poll() is None and not (tmp_path / rundir.STOP_REQUESTED).exists()
+        assert standby.stop("a", transport, 1.0) is None
+        standby.start("a", transport, "sleep 60")  # after the end: closed at once
+        assert standby.stop("a", transport, 1.0) is None
+    finally:
+        job.kill()
+        job.wait(5)
+
+
+def test_one_on_another_connection_is_not_used(tmp_path: Path) -> None:
+    """After a reconnect the node's transport is a new one: its old standby may be gone with
+    the old connection, so the stop goes the usual way (and the old one is closed)."""
+    job = marked_sleep("r-moved")
+    try:
+        standby, _ = local_standby("r-moved", job.pid, tmp_path)
+        wait_until(lambda: standbys("r-moved"), 10, "the stop program to wait")
+        assert standby.stop("a", LocalTransport(NodeConfig(name="a", host="localhost")),
+                            1.0) is None
+        wait_until(lambda: not standbys("r-moved"), 10, "the stop program to end")
+        assert job.poll() is None
+    finally:
+        job.kill()
+        job.wait(5)
+
+
+@pytest.mark.cluster
+@pytest.mark.torchrun
+def test_over_ssh_a_stop_goes_by_them_and_none_outlives_the_run(cluster2: Cluster,
+                                                               tmp_path: Path) -> None:
+    """Both nodes' programs wait; one is killed first, so its node is stopped the usual way;
+    the run stops clean either way and leaves no stop program behind."""
+    d = hosts(cluster2, tmp_path, env={"JOB_LINES": "100000", "JOB_DELAY": "0.05"})
+    job = tmp_path / "job"
+    job.mkdir()
+    ctl = Controller(load_config(write_job(job, d)), state_root=tmp_path / "state")
+    ctl.launch()
+    try:
+        wait_until(lambda: len(standbys(ctl.run_id)) == 2, 60, "a stop program on each node")
+        said: list[object] = []
+        real = ctl.standby.stop
+
+        def stop(name: str, transport: object, grace: float) -> object:
+            said.append(got := real(name, transport, grace))  # type: ignore[arg-type]
+            return got
+
+        ctl.standby.stop = stop  # type: ignore[method-assign]
+        os.kill(standbys(ctl.run_id)[0], signal.SIGKILL)
+        report = ctl.stop(grace=2)
+    finally:
+        if not ctl.done:
+            ctl.stop(grace=0)
+    assert report.clean, report
+    assert sorted(s is None for s in said) == [False, True], said
+    assert ctl.wait(30) is not None and not marked_pids(ctl.run_id)
+    wait_until(lambda: not standbys(ctl.run_id), 10, "no stop program left")
+
+
+@pytest.mark.cluster
+@pytest.mark.torchrun
+def test_over_ssh_a_run_that_ends_by_itself_leaves_none(cluster2: Cluster,
+                                                       tmp_path: Path) -> None:
+    d = hosts(cluster2, tmp_path, env={"JOB_LINES": "30", "JOB_DELAY": "0.1"})
+    job = tmp_path / "job"
+    job.mkdir()
+    ctl = Controller(load_config(write_job(job, d)), state_root=tmp_path / "state")
+    ctl.launch()
+    seen = 0
+    deadline = time.monotonic() + 120
+    while not ctl.done and time.monotonic() < deadline:
+        seen = max(seen, len(standbys(ctl.run_id)))
+        time.sleep(0.05)
+    result = ctl.wait(30)
+    assert result is not None and result.exit_code == 0
+    assert seen == 2
+    wait_until(lambda: not standbys(ctl.run_id), 10, "no stop program left")

@@ -26,7 +26,7 @@ from typing import Any
 from ddptui.config import HostsConfig, NodeConfig
 from ddptui.config.secrets import config_masker
 from ddptui.events import Level, NodeState, NodeStatus, RunStatus, ssh_line
-from ddptui.launch import liveness, nodeops, sequence, torchrun_tee, withheld
+from ddptui.launch import liveness, sequence, torchrun_tee, withheld
 from ddptui.launch.attach import reopen
 from ddptui.launch.evidence import Evidence
 from ddptui.launch.follow import (
@@ -38,7 +38,7 @@ from ddptui.launch.follow import (
     tune_gc,
 )
 from ddptui.launch.outcome import LaunchError, RunResult, StopReport, run_exit_code
-from ddptui.launch.plan import NodeLaunch, Plan, new_run_id
+from ddptui.launch.plan import Plan, new_run_id
 from ddptui.launch.reach import connect, map_at_once
 from ddptui.launch.stacks import Stacks, take
 from ddptui.launch.standby import Standby
@@ -178,26 +178,12 @@ class Controller:
         kill, cleanup = kill or self.started, cleanup or self.started
         if kill and self.plan is not None:
             self._stopping.set()
-        self.undo(kill=kill, cleanup=cleanup)
+        sequence.undo(self, kill=kill, cleanup=cleanup)
         self._close_transports()
         self.store.set_run(status=RunStatus.FAILED, message=problems[0], ended_at=time.time())
         self.write_meta(status=RunStatus.FAILED, error=problems, ended_at=time.time())
         self.store.close()
         raise LaunchError(problems)
-
-    def undo(self, *, kill: bool, cleanup: bool) -> None:
-        """Stop what the launch started and remove the node dirs it wrote, on every node."""
-        if self.plan is None:
-            return
-        names = [launch.node.name for launch in self.plan.nodes]
-        if kill:
-            map_at_once(names, lambda name: self._stop_node(name, 2.0))
-        if cleanup:
-            def remove_node_dir(node_launch: NodeLaunch) -> None:
-                transport = self.transports.get(node_launch.node.name)
-                if transport is not None:
-                    transport.run(nodeops.remove_run_cmd(node_launch.node_dir), timeout=30)
-            map_at_once(list(self.plan.nodes), remove_node_dir)
 
     def _close_transports(self) -> None:
         for transport in self.transports.values():
@@ -238,6 +224,7 @@ class Controller:
 
     def _consume(self) -> None:
         total = len(self.config.nodes)
+        applied = 0.0
         while True:
             try:
                 first = self._queue.get(timeout=0.1)
@@ -247,13 +234,18 @@ class Controller:
                     return
                 continue
             items = [first]
-            deadline = time.monotonic() + 0.02
-            while len(items) < 500 and time.monotonic() < deadline:
+            # At most an apply per 20 ms, so a flood is taken in batches; a line after a quiet
+            # spell goes at once (the first line of a launch, a line at a moderate rate).
+            deadline = applied + 0.02
+            while len(items) < 500:
                 try:
                     items.append(self._queue.get_nowait())
                 except queue.Empty:
+                    if time.monotonic() >= deadline:
+                        break
                     time.sleep(0.002)
             self._apply(items)
+            applied = time.monotonic()
             self.health.tick(self._stopping.is_set())
             if len(self._finished) == total:
                 self._conclude()

@@ -196,7 +196,7 @@ def start_early(ctl: Controller, plan: Plan) -> bool:
         ctl.record_pgid(name, staging.start(transport, node_launch))
 
     if any(isinstance(e, Exception) for e in map_at_once(list(plan.nodes), early)):
-        ctl.undo(kill=True, cleanup=True)
+        undo(ctl, kill=True, cleanup=True)
         for node_launch in plan.nodes:
             ctl.record_pgid(node_launch.node.name, None)
         return False
@@ -220,3 +220,17 @@ def release_all(ctl: Controller, plan: Plan) -> None:
     errs = [e for e in map_at_once(list(plan.nodes), release) if isinstance(e, Exception)]
     if errs:
         ctl.abort([str(e) for e in errs], cleanup=True, kill=True)
+
+
+def undo(ctl: Controller, *, kill: bool, cleanup: bool) -> None:
+    """Stop what the launch started and remove the node dirs it wrote, on every node."""
+    if ctl.plan is None:
+        return
+    if kill:
+        map_at_once([n.node.name for n in ctl.plan.nodes], lambda name: ctl._stop_node(name, 2.0))
+    if cleanup:
+        def remove_node_dir(node_launch: NodeLaunch) -> None:
+            transport = ctl.transports.get(node_launch.node.name)
+            if transport is not None:
+                transport.run(nodeops.remove_run_cmd(node_launch.node_dir), timeout=30)
+        map_at_once(list(ctl.plan.nodes), remove_node_dir)

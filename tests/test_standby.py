@@ -18,6 +18,7 @@ from test_ssh_run import hosts, wait_until
 
 from ddptui.config import NodeConfig, load_config
 from ddptui.launch import nodeops
+from ddptui.launch import standby as standby_module
 from ddptui.launch.controller import Controller
 from ddptui.launch.standby import Standby
 from ddptui.store import rundir
@@ -101,6 +102,18 @@ def test_one_on_another_connection_is_not_used(tmp_path: Path) -> None:
     finally:
         job.kill()
         job.wait(5)
+
+
+def test_one_that_does_not_answer_is_given_up_soon(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection that died without a word (a partition) swallows the line: the stop goes
+    the usual way after HEARD_TIMEOUT_S, not after the grace and its slack."""
+    monkeypatch.setattr(standby_module, "HEARD_TIMEOUT_S", 0.5)
+    transport = LocalTransport(NodeConfig(name="a", host="localhost"))
+    standby = Standby()
+    standby.start("a", transport, "sleep 30")  # reads nothing, says nothing
+    t0 = time.monotonic()
+    assert standby.stop("a", transport, 10.0) is None
+    assert time.monotonic() - t0 < 5
 
 
 @pytest.mark.cluster

@@ -114,6 +114,7 @@ if grace == "-":  # on standby (launch/standby.py): the grace comes on stdin, an
     grace = sys.stdin.readline().strip()
     if not grace:  # end of file: its controller is done with it, nothing to stop
         sys.exit(0)
+    print("stopping", flush=True)  # heard: the result follows within the grace
 grace = float(grace)
 try:  # so a controller following from elsewhere reports "stopped", not "failed"
     open(sys.argv[4], "w").close()

@@ -23,7 +23,10 @@ import time
 from ddptui.launch import nodeops
 from ddptui.transport.base import Spawned, Transport, TransportError
 
-#: Beyond the grace, how long a standby may take to report before the usual stop is tried.
+#: How long a standby may take to say it heard: a connection that died without a word
+#: (a partition) must not hold the stop for a grace before the usual stop is tried.
+HEARD_TIMEOUT_S = 5.0
+#: Beyond the grace, how long a standby that heard may take to report.
 REPORT_SLACK_S = 30.0
 
 
@@ -65,11 +68,14 @@ class Standby:
                 return None
             spawned.send(b"%g\n" % grace)
             out = b""
-            deadline = time.monotonic() + grace + REPORT_SLACK_S
+            asked = time.monotonic()
+            deadline = asked + HEARD_TIMEOUT_S
             while (left := deadline - time.monotonic()) > 0:
                 got = spawned.read(min(left, 1.0))
                 if got is None:
                     break
+                if got and not out:
+                    deadline = asked + grace + REPORT_SLACK_S
                 out += got
                 if got.endswith(b"\n") and (found := nodeops.parse_stop(out.decode(
                         "utf-8", errors="replace"))) is not None:

@@ -124,6 +124,27 @@ def test_quoting_of_paths(tmp_path: Path) -> None:
         assert d.is_dir() and d.stat().st_mode & 0o777 == 0o700
 
 
+def test_an_undone_launch_removes_a_workdir_it_made_and_only_that(tmp_path: Path) -> None:
+    """Refused first launch: the node is left as it was found, a workdir the user made (with
+    its own mode, maybe a mount point) stays, and one holding anything else stays too."""
+    from ddptui.store import rundir
+
+    for existed, other in ((False, False), (True, False), (False, True)):
+        work = tmp_path / f"work {existed} {other} $(touch x)"
+        if existed:
+            work.mkdir()
+        ndir = rundir.node_dir(str(work), "r1", 0)
+        made = sh(nodeops.launch_mkdir_cmd(ndir, f"{ndir}/torchelastic"))
+        assert made.returncode == 0 and (nodeops.NEW_WORKDIR in made.stdout) != existed
+        if other:
+            (work / "theirs").write_text("kept")
+        res = sh(nodeops.remove_run_cmd(ndir, nodeops.NEW_WORKDIR in made.stdout))
+        assert res.returncode == 0, res.stderr
+        assert work.exists() == (existed or other)
+        assert not (work / ".ddptui").exists()
+    assert not (tmp_path / "x").exists()
+
+
 def test_split_complete() -> None:
     assert split_complete(b"a\nb\nc") == (b"a\nb\n", b"c")
     assert split_complete(b"abc") == (b"", b"abc")

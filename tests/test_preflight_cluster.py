@@ -182,7 +182,7 @@ def test_run_stops_at_the_automatic_preflight(cluster2: Cluster, tmp_path: Path)
     assert meta["status"] == "failed" and meta["preflight"]["ok"] is False
     assert marked_pids(run_id) == []
     for h in cluster2.hosts:  # nothing is left on a node (torchrun started early was stopped)
-        assert not (tmp_path / f"work-{h.name}" / ".ddptui").exists()
+        assert not (tmp_path / f"work-{h.name}").exists()  # not even the workdir it made
 
 
 def test_automatic_preflight_over_open_connections(cluster2: Cluster, tmp_path: Path) -> None:

@@ -85,6 +85,7 @@ class Controller:
         self.poll = poll
         self.transports: dict[str, Transport] = {}
         self._pgids: dict[str, int | None] = {}
+        self.new_workdirs: set[str] = set()  # nodes whose workdir this launch made
         self._queue = EventQueue()
         self._followers: dict[str, NodeFollower] = {}
         self._finished: dict[str, Finished] = {}

@@ -278,13 +278,33 @@ def remove_cmd(path: str) -> str:
     return "rm -rf -- " + shlex.quote(path)
 
 
-def remove_run_cmd(node_dir: str) -> str:
+#: What a launch's mkdir prints when the workdir was not there before it (see
+#: :func:`launch_mkdir_cmd`): an undone launch then removes the workdir too, if empty.
+NEW_WORKDIR = "ddptui: new workdir"
+
+
+def launch_mkdir_cmd(node_dir: str, *paths: str) -> str:
+    """:func:`mkdir_cmd` of a node dir and ``paths``, saying :data:`NEW_WORKDIR` first when it
+    makes the workdir itself."""
+    return (f"{{ test -e {shlex.quote(_workdir_of(node_dir))} || echo {shlex.quote(NEW_WORKDIR)}"
+            f"; }} && {mkdir_cmd(node_dir, *paths)}")
+
+
+def _workdir_of(node_dir: str) -> str:
+    """<workdir>/.ddptui/runs/<run id>/node<N> -> <workdir> (``rundir.node_dir``)."""
+    return posixpath.dirname(posixpath.dirname(posixpath.dirname(posixpath.dirname(
+        node_dir.rstrip("/")))))
+
+
+def remove_run_cmd(node_dir: str, new_workdir: bool = False) -> str:
     """Undo a launch on a node: its node dir, then each dir above it up to the workdir's
-    ``.ddptui`` (the run's, ``runs/``, ``.ddptui/``) that this leaves empty, as a refused
-    first launch found the node."""
+    ``.ddptui`` (the run's, ``runs/``, ``.ddptui/``) that this leaves empty, and the workdir
+    itself when the launch made it (``new_workdir``), as a refused first launch found the
+    node."""
     run = posixpath.dirname(node_dir.rstrip("/"))
     runs = posixpath.dirname(run)
-    above = " ".join(shlex.quote(d) for d in (run, runs, posixpath.dirname(runs)))
+    dirs = [run, runs, posixpath.dirname(runs)] + ([_workdir_of(node_dir)] if new_workdir else [])
+    above = " ".join(shlex.quote(d) for d in dirs)
     return f"{remove_cmd(node_dir)} && {{ rmdir -- {above} 2>/dev/null; true; }}"
 
 

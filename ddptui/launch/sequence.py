@@ -165,7 +165,8 @@ def make_node_plans(ctl: Controller, homes: dict[str, str],
 def put_files(ctl: Controller, plan: Plan) -> None:
     def upload(node_launch: NodeLaunch) -> None:
         ctl.node_state(node_launch.node.name, NodeStatus.UPLOADING)
-        staging.upload(ctl.transports[node_launch.node.name], node_launch, ctl.config.job)
+        if staging.upload(ctl.transports[node_launch.node.name], node_launch, ctl.config.job):
+            ctl.new_workdirs.add(node_launch.node.name)
 
     errs = [e for e in map_at_once(list(plan.nodes), upload) if isinstance(e, Exception)]
     if errs:
@@ -192,7 +193,8 @@ def start_early(ctl: Controller, plan: Plan) -> bool:
         name = node_launch.node.name
         ctl.node_state(name, NodeStatus.UPLOADING)
         transport = ctl.transports[name]
-        staging.upload(transport, node_launch, ctl.config.job)
+        if staging.upload(transport, node_launch, ctl.config.job):
+            ctl.new_workdirs.add(name)
         ctl.record_pgid(name, staging.start(transport, node_launch))
 
     if any(isinstance(e, Exception) for e in map_at_once(list(plan.nodes), early)):
@@ -232,5 +234,6 @@ def undo(ctl: Controller, *, kill: bool, cleanup: bool) -> None:
         def remove_node_dir(node_launch: NodeLaunch) -> None:
             transport = ctl.transports.get(node_launch.node.name)
             if transport is not None:
-                transport.run(nodeops.remove_run_cmd(node_launch.node_dir), timeout=30)
+                transport.run(nodeops.remove_run_cmd(
+                    node_launch.node_dir, node_launch.node.name in ctl.new_workdirs), timeout=30)
         map_at_once(list(ctl.plan.nodes), remove_node_dir)

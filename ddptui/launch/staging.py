@@ -41,13 +41,14 @@ def torchrun_program() -> bytes:
     return Path(torchrun_tee.__file__).read_bytes()
 
 
-def upload(transport: Transport, node_launch: NodeLaunch, job: JobConfig) -> None:
+def upload(transport: Transport, node_launch: NodeLaunch, job: JobConfig) -> bool:
     """The node dir with everything ``launch.sh`` needs, and an empty ``node.log`` so that a
-    follower that reads before torchrun writes finds the file."""
+    follower that reads before torchrun writes finds the file. True when the workdir was made
+    by this upload (an undone launch removes it again)."""
     ndir = node_launch.node_dir
     worker_dir = rundir.in_node_dir(ndir, rundir.WORKER_PACKAGE)
-    dirs = [ndir, node_launch.log_dir, *([worker_dir] if job.is_bundled_worker else [])]
-    res = transport.run(nodeops.mkdir_cmd(*dirs), timeout=30)
+    dirs = [node_launch.log_dir, *([worker_dir] if job.is_bundled_worker else [])]
+    res = transport.run(nodeops.launch_mkdir_cmd(ndir, *dirs), timeout=30)
     if res.exit_code != 0:
         raise LaunchError([f"node {node_launch.node.name}: cannot create the run directory "
                            f"{ndir}: {res.stderr.strip()}"])
@@ -63,6 +64,7 @@ def upload(transport: Transport, node_launch: NodeLaunch, job: JobConfig) -> Non
     transport.put_bytes(b"", rundir.in_node_dir(ndir, rundir.NODE_LOG))
     if node_launch.held:
         transport.put_bytes(b"", node_launch.hold_path)
+    return nodeops.NEW_WORKDIR in res.stdout
 
 
 def start(transport: Transport, node_launch: NodeLaunch, command: str | None = None) -> int:

@@ -82,6 +82,25 @@ def test_listing_settles_a_stale_run_from_what_was_recorded(tmp_path: Path) -> N
     assert "running?" in label
 
 
+def test_one_rule_judges_how_a_node_ended() -> None:
+    """The follower and ``ddptui logs --check`` both judge by ``outcome.node_end``."""
+    from ddptui.events import NodeStatus
+    from ddptui.launch.outcome import node_end
+
+    cases = {  # (exit code, stop requested, hold expired) -> status
+        (None, True, False): NodeStatus.STOPPED, (3, True, False): NodeStatus.STOPPED,
+        (None, True, True): NodeStatus.STOPPED, (None, False, True): NodeStatus.FAILED,
+        (None, False, False): NodeStatus.LOST, (0, False, False): NodeStatus.EXITED,
+        (0, False, True): NodeStatus.EXITED, (3, False, False): NodeStatus.FAILED,
+    }
+    for (code, stop, expired), want in cases.items():
+        status, said = node_end(code, stop, expired)
+        assert status is want, (code, stop, expired)
+        assert said
+    assert node_end(3, True, False)[1] == "on request, exit code 3"
+    assert node_end(None, False, True)[1].startswith("never released")
+
+
 def test_a_check_tells_a_node_never_released_from_a_lost_one(tmp_path: Path) -> None:
     """Its controller died mid-launch and the early-started torchrun gave up waiting
     (``expired``, no exit code): the check records the run failed and says why, as a follower

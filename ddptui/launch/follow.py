@@ -28,6 +28,7 @@ from ddptui.events import Event, Level, LineRun, LogLine, NodeState, NodeStatus,
 from ddptui.ingest import parse_chunk, split_complete
 from ddptui.launch import nodeops, torchrun_tee
 from ddptui.launch.doorbell import Doorbell
+from ddptui.launch.outcome import node_end
 from ddptui.nodelog import NodeLogParser
 from ddptui.store import rundir
 from ddptui.transport.base import Transport, TransportError
@@ -361,19 +362,9 @@ class NodeFollower(threading.Thread):
         return True
 
     def _verdict(self, code: int | None) -> tuple[NodeStatus, str]:
-        if self.stopping.is_set() or self._has(rundir.STOP_REQUESTED):
-            return NodeStatus.STOPPED, ("on request" if code is None
-                                        else f"on request, exit code {code}")
-        if code is None and self._has(torchrun_tee.EXPIRED):  # the hold ran out: nothing ran
-            return NodeStatus.FAILED, ("never released: the ddptui that launched it ended "
-                                       "before its checks did, and torchrun gave up waiting; "
-                                       "run the job again")
-        if code is None:
-            return NodeStatus.LOST, ("the launcher is gone and left no exit code (killed "
-                                     "from outside?)")
-        if code == 0:
-            return NodeStatus.EXITED, "exit code 0"
-        return NodeStatus.FAILED, f"exit code {code}"
+        stopped = self.stopping.is_set() or self._has(rundir.STOP_REQUESTED)
+        return node_end(code, stopped, not stopped and code is None
+                        and self._has(torchrun_tee.EXPIRED))
 
     def _finish(self, code: int | None) -> None:
         # The verdict's remote reads come before the claim: if one fails, the end is still

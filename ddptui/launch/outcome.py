@@ -11,11 +11,30 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ddptui.diagnose import Diagnosis
-from ddptui.events import Failure
+from ddptui.events import Failure, NodeStatus
 
 #: The exit code of a run that was stopped (by a key, ``ddptui stop`` or Ctrl-C), as a
 #: shell reports a command ended by SIGINT.
 STOPPED_EXIT = 130
+
+
+def node_end(code: int | None, stop_requested: bool, expired: bool) -> tuple[NodeStatus, str]:
+    """How a node's part of the run ended, and in words, from what it left there: the exit
+    code ``launch.sh`` wrote, the mark a stop leaves, a hold that ran out (``expired``: its
+    ddptui ended mid-launch, so nothing ran). The follower and ``ddptui logs --check`` judge
+    by this one rule."""
+    if stop_requested:
+        return NodeStatus.STOPPED, ("on request" if code is None
+                                    else f"on request, exit code {code}")
+    if code is None and expired:
+        return NodeStatus.FAILED, ("never released: the ddptui that launched it ended before "
+                                   "its checks did, and torchrun gave up waiting; run the job "
+                                   "again")
+    if code is None:
+        return NodeStatus.LOST, "the launcher is gone and left no exit code (killed from outside?)"
+    if code == 0:
+        return NodeStatus.EXITED, "exit code 0"
+    return NodeStatus.FAILED, f"exit code {code}"
 
 
 class LaunchError(Exception):

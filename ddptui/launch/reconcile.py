@@ -30,7 +30,7 @@ from typing import Any
 
 from ddptui.events import NodeStatus, RunStatus
 from ddptui.launch import nodeops, torchrun_tee
-from ddptui.launch.outcome import STOPPED_EXIT, run_exit_code
+from ddptui.launch.outcome import STOPPED_EXIT, node_end, run_exit_code
 from ddptui.store import rundir
 from ddptui.store.runs import RunSummary, list_runs, read_run, summary_of, write_run
 
@@ -80,15 +80,6 @@ class Checked:
                     "ends it")
         where = "; ".join(f"{n}: {e}" for n, e in self.unreachable.items())
         return f"run {self.run_id}: could not ask every node ({where}); its status is unknown"
-
-
-def node_status(code: int | None, stop_requested: bool, expired: bool = False) -> NodeStatus:
-    """As the follower judges a node's end (``NodeFollower._verdict``), from the same files."""
-    if stop_requested:
-        return NodeStatus.STOPPED
-    if code is None:
-        return NodeStatus.FAILED if expired else NodeStatus.LOST
-    return NodeStatus.EXITED if code == 0 else NodeStatus.FAILED
 
 
 def run_end(names: list[str], ends: Mapping[str, NodeEnd]) -> tuple[RunStatus, int]:
@@ -203,9 +194,10 @@ def check_run(root: Path, run_id: str) -> Checked:
         elif got["alive"]:
             out.alive[name] = list(got["alive"])
         else:
-            ends[name] = NodeEnd(node_status(got["exit_code"], got["stop_requested"],
-                                             bool(got.get("expired"))), got["exit_code"])
-            if ends[name].status is NodeStatus.FAILED and ends[name].exit_code is None:
+            status, _ = node_end(got["exit_code"], got["stop_requested"],
+                                 bool(got.get("expired")))
+            ends[name] = NodeEnd(status, got["exit_code"])
+            if status is NodeStatus.FAILED and got["exit_code"] is None:
                 out.never_released.append(name)
     if out.alive or out.unreachable or not nodes:
         meta["reconciled"] = {"at": time.time(), "by": "ddptui logs --check",

@@ -125,7 +125,7 @@ def test_a_check_tells_a_node_never_released_from_a_lost_one(tmp_path: Path) -> 
                 nodes=[{"name": "a", "node_rank": 0, "run_dir": str(node_dir)}])
     (d / rundir.RUN_JSON).write_text(json.dumps(meta))
     checked = check_run(tmp_path / "state", "r-held")
-    assert checked.never_released == ["a"]
+    assert list(checked.never_released) == ["a"]
     assert "recorded as failed (a: never released" in checked.text()
     assert "run the job again" in checked.text()
     assert json.loads((d / rundir.RUN_JSON).read_text())["status"] == "failed"

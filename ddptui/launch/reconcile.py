@@ -63,15 +63,13 @@ class Checked:
     alive: dict[str, list[int]] = field(default_factory=dict)
     unreachable: dict[str, str] = field(default_factory=dict)
     settled: RunStatus | None = None
-    never_released: list[str] = field(default_factory=list)
+    #: node -> what ``outcome.node_end`` said of it, for a node whose hold ran out
+    never_released: dict[str, str] = field(default_factory=dict)
 
     def text(self) -> str:
         if self.settled is not None:
             said = f"run {self.run_id}: nothing of it runs on its nodes; recorded as {self.settled}"
-            if self.never_released:
-                said += (f" ({', '.join(self.never_released)}: never released, its controller "
-                         "ended during the launch and nothing of the job ran there; run the "
-                         "job again)")
+            said += "".join(f" ({n}: {why})" for n, why in self.never_released.items())
             return said
         if self.alive:
             where = ", ".join(f"{n} ({len(p)} processes)" for n, p in self.alive.items())
@@ -194,11 +192,11 @@ def check_run(root: Path, run_id: str) -> Checked:
         elif got["alive"]:
             out.alive[name] = list(got["alive"])
         else:
-            status, _ = node_end(got["exit_code"], got["stop_requested"],
-                                 bool(got.get("expired")))
+            expired = bool(got.get("expired"))
+            status, why = node_end(got["exit_code"], got["stop_requested"], expired)
             ends[name] = NodeEnd(status, got["exit_code"])
-            if status is NodeStatus.FAILED and got["exit_code"] is None:
-                out.never_released.append(name)
+            if expired and status is NodeStatus.FAILED:
+                out.never_released[name] = why
     if out.alive or out.unreachable or not nodes:
         meta["reconciled"] = {"at": time.time(), "by": "ddptui logs --check",
                               "alive": out.alive, "unreachable": out.unreachable}

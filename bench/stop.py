@@ -2,8 +2,8 @@
 
 One command: ``python bench/stop.py`` (as root: it builds a namespace cluster of 16 hosts).
 For 1, 2, 4, 8 and 16 hosts, a run of one process per host is launched through the
-controller (``Controller.launch``, as ``ddptui run`` does) and, once every rank has printed
-its first line, stopped with ``Controller.stop(grace)``. The clock stops when the last of the
+controller (``Session.launch``, as ``ddptui run`` does) and, once every rank has printed
+its first line, stopped with ``Session.stop(grace)``. The clock stops when the last of the
 run's processes on any host (the torchrun agents, the ranks, their launch shells: every
 process carrying the run's ``DDPTUI_RUN`` marker) is gone or a zombie. Two kinds of ranks:
 
@@ -34,7 +34,7 @@ from scale_setup import ROOT, Cluster, hosts_file, make_cluster, median
 sys.path.insert(0, str(ROOT))
 
 from ddptui.config import load_config
-from ddptui.launch.controller import Controller
+from ddptui.launch.session import Session
 
 COOPERATIVE = """import os, time
 print(f"ready rank {os.environ['RANK']}", flush=True)
@@ -77,7 +77,7 @@ def _alive(pid: int) -> bool:
 def time_stop(c: Cluster, n: int, script: str, grace: float, work: Path) -> tuple[float, float]:
     """(request to no process left, request to ``stop()`` returning), seconds."""
     path = hosts_file(c, c.hosts[:n], work, script, stop_grace=grace)
-    ctl = Controller(load_config(path), state_root=work / "state")
+    ctl = Session(load_config(path), state_root=work / "state")
     ctl.launch()
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S

@@ -5,7 +5,7 @@ One command: ``python bench/stream.py`` (as root: it builds a namespace cluster 
 
 Flood: one rank per host writes ``--lines`` numbered lines as fast as it can (100 whole
 lines per write: torchrun's tee copies a line cut by a flush in two), through torchrun's
-``--tee`` into the node's ``node.log``; the controller (``Controller.launch``, as ``ddptui
+``--tee`` into the node's ``node.log``; the controller (``Session.launch``, as ``ddptui
 run`` does, without a face printing them) follows every node over its SSH connection into
 the store and the per-rank logs. Figures, same run:
 
@@ -52,8 +52,8 @@ sys.path.insert(0, str(ROOT))
 
 from ddptui.config import load_config
 from ddptui.events import LineRun, LogLine
-from ddptui.launch.controller import Controller
 from ddptui.launch.follow import Batch
+from ddptui.launch.session import Session
 from ddptui.store import rundir
 
 FLOOD = """import os, sys, time
@@ -123,8 +123,8 @@ class Counter:
 
 
 def _launch(c: Cluster, hosts: list[Host], work: Path, script: str,
-            env: dict[str, str], counter: Counter) -> Controller:
-    ctl = Controller(load_config(hosts_file(c, hosts, work, script, env=env)),
+            env: dict[str, str], counter: Counter) -> Session:
+    ctl = Session(load_config(hosts_file(c, hosts, work, script, env=env)),
                      state_root=work / "state")
     ctl.add_listener(counter)
     ctl.launch()
@@ -177,7 +177,7 @@ def catch_up(run_id: str, run_dir: Path, root: Path) -> float:
     fresh.mkdir(parents=True)
     shutil.copy(run_dir / rundir.RUN_JSON, fresh / rundir.RUN_JSON)
     t0 = time.perf_counter()
-    ctl = Controller.attach(run_id, state_root=root)
+    ctl = Session.attach(run_id, state_root=root)
     if ctl.wait(TIMEOUT_S) is None:
         raise RuntimeError("attach did not take in the finished run")
     took = time.perf_counter() - t0
@@ -206,7 +206,7 @@ print(time.time(), flush=True)
 """
 
 
-def tee_watch(ctl: Controller, n: int, lines: int) -> list[float]:
+def tee_watch(ctl: Session, n: int, lines: int) -> list[float]:
     """When the nodes' own ``node.log`` files held every line (torchrun's --tee wrote them).
 
     The hosts share this machine's file system, so the remote files are read here directly,

@@ -36,8 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from flood import flood_run
 
-from ddptui.engine.client import EngineClient
-from ddptui.engine.process import EngineProcess
+from ddptui.engine.client import EngineClient, EngineProcess
 from ddptui.tui.app import DashboardApp
 
 RANKS = 16

@@ -155,8 +155,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         from ddptui.faces.stacks import show_stacks
 
         return show_stacks(args.state_dir, args.run_id, rank=args.rank)
-    from ddptui.launch.controller import Controller
     from ddptui.launch.outcome import LaunchError
+    from ddptui.launch.session import Session
 
     if args.command == "logs" and args.telemetry:
         if args.run_id is None:
@@ -198,7 +198,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             report = stop_beside(root, args.run_id, args.grace)
         else:
             try:
-                ctl = Controller.attach(args.run_id, state_root=args.state_dir, follow=False)
+                ctl = Session.attach(args.run_id, state_root=args.state_dir, follow=False)
             except LaunchError as e:
                 print(f"ddptui: {e}", file=sys.stderr)
                 return USAGE_EXIT
@@ -216,7 +216,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     if args.command == "attach":
         try:
-            ctl = Controller.attach(args.run_id, state_root=args.state_dir)
+            ctl = Session.attach(args.run_id, state_root=args.state_dir)
         except LaunchError as e:
             print(f"ddptui: {e}", file=sys.stderr)
             return USAGE_EXIT
@@ -227,7 +227,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     cfg = _load(args.hosts)
     if cfg is None:
         return USAGE_EXIT
-    ctl = Controller(cfg, state_root=args.state_dir, run_id=args.run_id)
+    ctl = Session(cfg, state_root=args.state_dir, run_id=args.run_id)
     ctl.preflight = not args.no_preflight
     ctl.add_listener(Printer(metrics=not args.no_metrics))
     print(f"ddptui: run {ctl.run_id}: {len(ctl.config.nodes)} node(s), logs in "

@@ -30,7 +30,7 @@ from ddptui.launch.clean_plan import (
     parse_scan,
     removal_request,
 )
-from ddptui.launch.controller import Controller
+from ddptui.launch.session import Session
 
 NOW = 1_000_000.0
 SECRET = "hf_clean-test-secret-value"
@@ -276,7 +276,7 @@ def test_clean_frees_old_runs_and_caches_and_keeps_a_live_run(cluster2: Any,
     finally:
         live.kill()  # the laptop closes; the run goes on without its controller
         live.wait(30)
-    attached = Controller.attach(live_id, state_root=state, follow=False)
+    attached = Session.attach(live_id, state_root=state, follow=False)
     try:  # run.json withholds HF_TOKEN; attach takes it back from each node's launch.sh
         assert {n.env["HF_TOKEN"] for n in attached.config.nodes} == {SECRET}
         assert attached.config.withheld_env == () and SECRET in attached.masker.values

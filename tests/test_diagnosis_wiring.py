@@ -16,10 +16,11 @@ from ddptui.config import load_config
 from ddptui.diagnose import Cause, diagnose
 from ddptui.events import Event, Level, LogLine, Metric, NodeState, NodeStatus, Source
 from ddptui.launch import evidence as ev_mod
-from ddptui.launch.controller import Controller
 from ddptui.launch.evidence import Evidence
 from ddptui.launch.follow import Batch, Finished
 from ddptui.launch.outcome import RunResult
+from ddptui.launch.session import Session
+from ddptui.run_state import RunEvent
 
 
 def kept(events: list[Event], batch: int = 37) -> Evidence:
@@ -115,7 +116,7 @@ def test_a_broken_rule_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -
     assert Evidence().diagnose(["a"], 2, 1) == (None, "KeyError: 'x'")
 
 
-def local_config(tmp: Path) -> Controller:
+def local_config(tmp: Path) -> Session:
     import sys
 
     hosts = {"defaults": {"python": sys.executable, "nproc_per_node": 2, "transport": "local"},
@@ -123,17 +124,23 @@ def local_config(tmp: Path) -> Controller:
                        {"name": "b", "workdir": str(tmp / "wb")}],
              "rendezvous": {"endpoint": "127.0.0.1", "port": 29799},
              "job": {"script": "job.py"}}
-    return Controller(load_config(write_job(tmp, hosts)), state_root=tmp / "state")
+    return Session(load_config(write_job(tmp, hosts)), state_root=tmp / "state")
+
+
+def running(ctl: Session) -> Session:
+    """A session as its launch leaves it, with no node reached: running."""
+    ctl.advance(RunEvent.LAUNCH)
+    ctl.advance(RunEvent.RELEASE)
+    return ctl
 
 
 def test_the_run_ends_with_its_diagnosis_on_the_result_and_in_run_json(tmp_path: Path) -> None:
-    ctl = local_config(tmp_path)
-    ctl.write_meta(run_id=ctl.run_id, nodes={})
+    ctl = running(local_config(tmp_path))
     a = node_log("a", "gloo-value-error.log")
     b = node_log("b", "train-node1.log", t0=T0 + 1)
-    ctl._apply([Batch("a", a, {}), Batch("b", b, {}),
-                Finished("a", NodeStatus.FAILED, 1), Finished("b", NodeStatus.FAILED, 1)])
-    ctl._conclude()
+    ctl.feed([Batch("a", a, {}), Batch("b", b, {}),
+              Finished("a", NodeStatus.FAILED, 1), Finished("b", NodeStatus.FAILED, 1)])
+    ctl.conclude()
     res = ctl.result
     assert res is not None and res.exit_code == 1 and res.diagnosis is not None
     assert res.diagnosis.cause is Cause.RANK_ERROR and res.diagnosis.node == "a"
@@ -147,31 +154,30 @@ def test_the_run_ends_with_its_diagnosis_on_the_result_and_in_run_json(tmp_path:
 def test_wait_gives_the_result_only_once_run_json_holds_the_status(tmp_path: Path) -> None:
     """A face that exits on ``wait``'s result must find the run's end in ``run.json``: in CI
     the headless face once returned between ``result`` and the status, leaving ``running``."""
-    ctl = local_config(tmp_path)
-    ctl.write_meta(run_id=ctl.run_id, nodes={})
+    ctl = running(local_config(tmp_path))
     seen: list[object] = []
-    set_status = ctl.set_status
+    update = ctl.recorder.update
 
-    def watched(*args: object, **kw: object) -> None:
-        seen.append(ctl.wait(0))  # the result exists by now; the status is not yet written
-        set_status(*args, **kw)  # type: ignore[arg-type]
+    def watched(**kw: object) -> None:
+        if "status" in kw:
+            seen.append(ctl.wait(0))  # the result exists by now; the status is not yet written
+        update(**kw)
 
-    ctl.set_status = watched  # type: ignore[method-assign]
-    ctl._apply([Finished("a", NodeStatus.FAILED, 1), Finished("b", NodeStatus.EXITED, 0)])
-    ctl._conclude()
+    ctl.recorder.update = watched  # type: ignore[method-assign]
+    ctl.feed([Finished("a", NodeStatus.FAILED, 1), Finished("b", NodeStatus.EXITED, 0)])
+    ctl.conclude()
     assert ctl.result is not None and seen == [None]
     assert ctl.wait(0) is ctl.result
     assert json.loads((ctl.local_dir / "run.json").read_text())["status"] == "failed"
 
 
 def test_a_run_that_succeeds_has_no_diagnosis(tmp_path: Path) -> None:
-    ctl = local_config(tmp_path)
-    ctl.write_meta(run_id=ctl.run_id, nodes={})
+    ctl = running(local_config(tmp_path))
     a = [*node_events("a", ["[ddptui 0 0] hello"]),
          NodeState("a", NodeStatus.EXITED, T0, exit_code=0)]
-    ctl._apply([Batch("a", a, {}), Finished("a", NodeStatus.EXITED, 0),
-                Finished("b", NodeStatus.EXITED, 0)])
-    ctl._conclude()
+    ctl.feed([Batch("a", a, {}), Finished("a", NodeStatus.EXITED, 0),
+              Finished("b", NodeStatus.EXITED, 0)])
+    ctl.conclude()
     assert ctl.result == RunResult(0, [], {"a": 0, "b": 0}, False, None)
     assert json.loads((ctl.local_dir / "run.json").read_text())["diagnosis"] is None
 

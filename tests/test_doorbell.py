@@ -104,8 +104,8 @@ def test_a_follower_with_a_long_poll_reads_a_line_when_its_doorbell_rings(
 
     from ddptui.config import load_config
     from ddptui.events import LineRun, LogLine
-    from ddptui.launch.controller import Controller
     from ddptui.launch.follow import Batch
+    from ddptui.launch.session import Session
 
     path = write_job(tmp_path, {
         "defaults": {"python": sys.executable, "nproc_per_node": 1, "transport": "local"},
@@ -114,7 +114,7 @@ def test_a_follower_with_a_long_poll_reads_a_line_when_its_doorbell_rings(
         "job": {"script": "job.py"},
     })
     (tmp_path / "job.py").write_text(PAUSED)
-    ctl = Controller(load_config(path), state_root=tmp_path / "state", poll=5.0)
+    ctl = Session(load_config(path), state_root=tmp_path / "state", poll=5.0)
     late: list[float] = []
 
     def listen(batch: Batch) -> None:

@@ -15,9 +15,10 @@ import pytest
 from jobs import marked_pids, write_job
 
 from ddptui.config import load_config
-from ddptui.launch import nodeops, sequence, torchrun_tee
-from ddptui.launch.controller import Controller
+from ddptui.launch import nodeops, project, torchrun_tee
 from ddptui.launch.plan import launch_script, make_plan
+from ddptui.launch.ports import Abort
+from ddptui.launch.session import Session
 from ddptui.launch.staging import torchrun_program
 from ddptui.store import rundir
 
@@ -154,9 +155,9 @@ def test_a_node_whose_hold_ran_out_is_started_again(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """A launch slower than the hold (a big first sync): that node starts once more, the run
     is whole, and the give-up is in its node log."""
-    ctl = Controller(load_config(local_job(tmp_path, 29742)), state_root=tmp_path / "state")
+    ctl = Session(load_config(local_job(tmp_path, 29742)), state_root=tmp_path / "state")
     ctl.hold_s = 0.0
-    sync_all = sequence.project.sync_all
+    sync_all = project.sync_all
 
     def slow_sync(*args: object) -> None:
         assert ctl.plan is not None
@@ -167,7 +168,7 @@ def test_a_node_whose_hold_ran_out_is_started_again(tmp_path: Path,
                 time.sleep(0.05)
         sync_all(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(sequence.project, "sync_all", slow_sync)
+    monkeypatch.setattr(project, "sync_all", slow_sync)
     ctl.launch()
     result = ctl.wait(180)
     assert result is not None and result.exit_code == 0, result
@@ -184,13 +185,13 @@ def test_a_launch_undone_after_the_early_start_leaves_nothing(tmp_path: Path,
                                                                ) -> None:
     """A failure after every node was started early (here the sync): no process, no node
     dir, and the error is the sync's."""
-    ctl = Controller(load_config(local_job(tmp_path, 29743)), state_root=tmp_path / "state")
+    ctl = Session(load_config(local_job(tmp_path, 29743)), state_root=tmp_path / "state")
 
     def failing_sync(*args: object) -> None:
         assert all(ctl.pgid(n) is not None for n in ("a", "b"))  # both started, held
-        ctl.abort(["node b: the sync failed (a test)"], cleanup=True)
+        raise Abort(["node b: the sync failed (a test)"], cleanup=True)
 
-    monkeypatch.setattr(sequence.project, "sync_all", failing_sync)
+    monkeypatch.setattr(project, "sync_all", failing_sync)
     with pytest.raises(Exception, match="the sync failed"):
         ctl.launch()
     assert marked_pids(ctl.run_id) == []

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from ddptui.chart.rows import chart_rows
-from ddptui.engine.client import EngineClient, EngineError
-from ddptui.engine.process import EngineProcess, Spare
+from ddptui.engine.client import EngineClient, EngineProcess, Spare
+from ddptui.engine.wire import EngineError
 from ddptui.events import LogLine, Metric, NodeState, NodeStatus, RunStatus
 from ddptui.launch.outcome import LaunchError
 from ddptui.store.store import Store
@@ -30,7 +30,7 @@ T0 = 1_700_000_000.0
 
 
 class ScriptedRun:
-    """Controller-shaped: ``launch`` plays ``lines`` lines (and a metric every 10) into a
+    """Session-shaped: ``launch`` plays ``lines`` lines (and a metric every 10) into a
     real store with its disk mirror; ``forever`` keeps it going until stopped or detached.
     ``detach`` and ``stop`` leave a mark in ``local_dir`` for the test to find."""
 
@@ -204,7 +204,7 @@ def test_a_dashboard_that_dies_leaves_the_run_to_be_attached(tmp_path: Path) -> 
     script = (
         "import sys, time\n"
         f"sys.path[:0] = [{str(here)!r}]\n"
-        "from ddptui.engine.process import EngineProcess\n"
+        "from ddptui.engine.client import EngineProcess\n"
         "from test_engine_process import scripted\n"
         "e = EngineProcess()\n"
         f"c = e.open(scripted, {str(tmp_path)!r}, 0, True)\n"

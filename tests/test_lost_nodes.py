@@ -12,7 +12,6 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,7 +20,6 @@ from jobs import ddptui, marked_pids, run_id_of, seqs, spawn_ddptui, write_job
 from test_ssh_run import hosts, only_sshd_left, wait_until
 
 from ddptui.events import NodeStatus
-from ddptui.launch.follow import Finished
 from ddptui.launch.liveness import Watch
 
 
@@ -49,14 +47,11 @@ def watch_once(silent: dict[str, float], ended: tuple[str, ...] = (),
         followers[n].ended = True
     stopped: list[str] = []
     done = threading.Event()
-    ctl = SimpleNamespace(
-        _followers=followers, _done=done, _stopping=threading.Event(), transports={},
-        _finished={n: Finished(n, NodeStatus.FAILED, 1) for n in failed},
-        config=SimpleNamespace(job=SimpleNamespace(stop_grace=1.0)),
-        node_state=lambda *a: None, _publish_note=lambda *a: None,
-        _stop_node=lambda name, grace: stopped.append(name) or [])
-    w = Watch(ctl, lost_after=4, tick=0.01,  # type: ignore[arg-type]
-              end_after_failure=end_after_failure)
+    finished = {n: NodeStatus.FAILED for n in failed}
+    w = Watch(followers=followers, finished=lambda: finished,  # type: ignore[arg-type]
+              stopping=threading.Event(), done=done,
+              end_run=lambda names, why: stopped.extend(names), drop=lambda name: None,
+              lost_after=4, tick=0.01, end_after_failure=end_after_failure)
     w.start()
     time.sleep(0.3)
     done.set()

@@ -21,9 +21,10 @@ from ddptui.cli import main
 from ddptui.config import load_config
 from ddptui.events import NodeStatus
 from ddptui.faces.nccl import show_nccl
-from ddptui.launch.controller import Controller
 from ddptui.launch.follow import Batch, Finished
 from ddptui.launch.ncclwatch import facts_from_raw
+from ddptui.launch.session import Session
+from ddptui.run_state import NodeRecord, RunEvent
 from ddptui.store import rundir
 
 DATA = Path(__file__).parent / "data" / "nccl"
@@ -158,13 +159,13 @@ def test_a_raw_log_read_in_pieces_gives_the_same_facts(two_nodes: Path,
 # -- the controller: live facts into run.json, and back on attach ---------------------------
 
 
-def controller(tmp: Path) -> Controller:
+def controller(tmp: Path) -> Session:
     hosts = {"defaults": {"python": sys.executable, "nproc_per_node": 1, "transport": "local"},
              "nodes": [{"name": "gpu0", "workdir": str(tmp / "w0")},
                        {"name": "gpu1", "workdir": str(tmp / "w1")}],
              "rendezvous": {"endpoint": "127.0.0.1", "port": 29798},
              "job": {"script": "job.py"}}
-    return Controller(load_config(write_job(tmp, hosts)), state_root=tmp / "state")
+    return Session(load_config(write_job(tmp, hosts)), state_root=tmp / "state")
 
 
 def test_the_run_keeps_its_facts_in_run_json_and_an_attach_reads_them_back(tmp_path: Path
@@ -172,19 +173,21 @@ def test_the_run_keeps_its_facts_in_run_json_and_an_attach_reads_them_back(tmp_p
     """Without NCCL's own ``Init timings`` line, init time is the gap between the Init START
     and COMPLETE lines' arrival: only ``run.json`` knows it once the run is over."""
     ctl = controller(tmp_path)
-    ctl.write_meta(run_id=ctl.run_id, config=ctl.config.to_dict(),
-                   nodes={n: {"name": n, "run_dir": str(tmp_path / n)} for n in ("gpu0", "gpu1")})
+    ctl.recorder.set_nodes([NodeRecord(n, i, str(tmp_path / n))
+                            for i, n in enumerate(("gpu0", "gpu1"))])
+    ctl.advance(RunEvent.LAUNCH)
+    ctl.advance(RunEvent.RELEASE)
     logs = {"gpu0": raw_from_headless(LO), "gpu1": as_rank(WORKER, 1, drop="Init timings")}
     events = {n: node_events(n, lines, dt=0.5) for n, lines in logs.items()}
     cut = {n: 1 + next(i for i, e in enumerate(ev) if "NCCL version" in getattr(e, "text", ""))
            for n, ev in events.items()}
-    ctl._apply([Batch(n, ev[:cut[n]], {}) for n, ev in events.items()])
+    ctl.feed([Batch(n, ev[:cut[n]], {}) for n, ev in events.items()])
     saved = json.loads((ctl.local_dir / "run.json").read_text())
     assert saved["nccl"]["nodes"]["gpu0"]["nccl_versions"] == ["2.28.9"]  # saved while live
-    ctl._apply([Batch(n, ev[cut[n]:], {}) for n, ev in events.items()])
+    ctl.feed([Batch(n, ev[cut[n]:], {}) for n, ev in events.items()])
     assert ctl.nccl_facts().nodes["gpu1"].ranks["1"].network == "Socket"
-    ctl._apply([Finished("gpu0", NodeStatus.EXITED, 0), Finished("gpu1", NodeStatus.EXITED, 0)])
-    ctl._conclude()
+    ctl.feed([Finished("gpu0", NodeStatus.EXITED, 0), Finished("gpu1", NodeStatus.EXITED, 0)])
+    ctl.conclude()
     meta = json.loads((ctl.local_dir / "run.json").read_text())
     (comm,) = meta["nccl"]["nodes"]["gpu1"]["ranks"]["1"]["comms"].values()
     assert comm["init_seconds"] == pytest.approx(39.0)  # 78 lines between, 0.5 s apart
@@ -195,7 +198,7 @@ def test_the_run_keeps_its_facts_in_run_json_and_an_attach_reads_them_back(tmp_p
         rundir.node_log(ctl.local_dir, node).write_text("\n".join(lines) + "\n")
     bare = facts_from_raw(ctl.local_dir, ["gpu0", "gpu1"])
     assert next(iter(bare.nodes["gpu1"].ranks["1"].comms.values())).init_seconds is None
-    again = Controller.attach(ctl.run_id, state_root=tmp_path / "state", follow=False)
+    again = Session.attach(ctl.run_id, state_root=tmp_path / "state", follow=False)
     try:
         back = again.nccl_facts()
     finally:

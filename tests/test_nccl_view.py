@@ -14,8 +14,8 @@ from test_tui_app import FakeController, make_app, settle, sync
 from textual.command import CommandPalette
 from textual.widgets import DataTable, OptionList, Static
 
-from ddptui.engine.client import EngineError
-from ddptui.engine.process import EngineProcess
+from ddptui.engine.client import EngineProcess
+from ddptui.engine.wire import EngineError
 from ddptui.events import LogLine, NodeState, NodeStatus, RunStatus
 from ddptui.nccl import NcclFacts, nccl_warnings
 from ddptui.tui.app import DashboardApp
@@ -181,7 +181,7 @@ def fed_controller(tmp: str) -> Any:
     from ddptui.launch.follow import Batch
 
     ctl = controller(Path(tmp))
-    ctl._apply([Batch(node, events, {}) for node, events in NcclRun().events.items()])
+    ctl.feed([Batch(node, events, {}) for node, events in NcclRun().events.items()])
     return ctl
 
 

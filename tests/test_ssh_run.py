@@ -16,7 +16,7 @@ from cluster import Cluster
 from jobs import ddptui, marked_pids, run_id_of, seqs, spawn_ddptui, write_job
 
 from ddptui.config import load_config
-from ddptui.launch.controller import Controller
+from ddptui.launch.session import Session
 
 pytestmark = [pytest.mark.cluster, pytest.mark.torchrun]
 _ports = itertools.count(29600)
@@ -88,7 +88,7 @@ def test_user_script_args_and_env_arrive_verbatim(cluster2: Cluster, tmp_path: P
 def test_stop_mid_run_leaves_no_process_on_any_node(cluster2: Cluster, tmp_path: Path) -> None:
     path = write_job(tmp_path, hosts(cluster2, tmp_path,
                                      env={"JOB_LINES": "100000", "JOB_DELAY": "0.05"}))
-    ctl = Controller(load_config(path), state_root=tmp_path / "state")
+    ctl = Session(load_config(path), state_root=tmp_path / "state")
     ctl.launch()
     try:
         wait_until(lambda: len(ctl.store.ranks) == 4, 180, "lines from all four ranks")
@@ -201,7 +201,7 @@ def test_a_host_that_dies_mid_run_is_lost_and_stop_says_so(cluster_factory: Any,
     (tmp_path / "job").mkdir()  # the project synced to the nodes: not the cluster's files
     path = write_job(tmp_path / "job", hosts(c, tmp_path, health={"lost_after": 600},
                                              env={"JOB_LINES": "100000", "JOB_DELAY": "0.05"}))
-    ctl = Controller(load_config(path), state_root=tmp_path / "state")
+    ctl = Session(load_config(path), state_root=tmp_path / "state")
     ctl.launch()
 
     def view(name: str) -> Any:

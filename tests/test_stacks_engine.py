@@ -9,7 +9,7 @@ import pytest
 from test_engine_process import T0, ScriptedRun, engine, pump_until  # noqa: F401 - fixture
 from test_stall_health import recorded
 
-from ddptui.engine.process import EngineProcess
+from ddptui.engine.client import EngineProcess
 from ddptui.events import Stall
 from ddptui.launch.stacks import Stacks
 

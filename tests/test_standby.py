@@ -19,7 +19,7 @@ from test_ssh_run import hosts, wait_until
 from ddptui.config import NodeConfig, load_config
 from ddptui.launch import nodeops
 from ddptui.launch import standby as standby_module
-from ddptui.launch.controller import Controller
+from ddptui.launch.session import Session
 from ddptui.launch.standby import Standby
 from ddptui.store import rundir
 from ddptui.transport.local import LocalTransport
@@ -125,7 +125,7 @@ def test_over_ssh_a_stop_goes_by_them_and_none_outlives_the_run(cluster2: Cluste
     d = hosts(cluster2, tmp_path, env={"JOB_LINES": "100000", "JOB_DELAY": "0.05"})
     job = tmp_path / "job"
     job.mkdir()
-    ctl = Controller(load_config(write_job(job, d)), state_root=tmp_path / "state")
+    ctl = Session(load_config(write_job(job, d)), state_root=tmp_path / "state")
     ctl.launch()
     try:
         wait_until(lambda: len(standbys(ctl.run_id)) == 2, 60, "a stop program on each node")
@@ -155,7 +155,7 @@ def test_over_ssh_a_run_that_ends_by_itself_leaves_none(cluster2: Cluster,
     d = hosts(cluster2, tmp_path, env={"JOB_LINES": "30", "JOB_DELAY": "0.1"})
     job = tmp_path / "job"
     job.mkdir()
-    ctl = Controller(load_config(write_job(job, d)), state_root=tmp_path / "state")
+    ctl = Session(load_config(write_job(job, d)), state_root=tmp_path / "state")
     ctl.launch()
     seen = 0
     deadline = time.monotonic() + 120

@@ -17,9 +17,9 @@ from cluster import Cluster
 from jobs import ddptui, write_job
 
 from ddptui.config import load_config
-from ddptui.engine.client import EngineClient
-from ddptui.engine.process import EngineProcess, new_run
-from ddptui.launch.controller import Controller
+from ddptui.engine.client import EngineClient, EngineProcess
+from ddptui.engine.process import new_run
+from ddptui.launch.session import Session
 from ddptui.store import rundir
 from ddptui.store.telemetry import read_telemetry
 
@@ -127,7 +127,7 @@ def test_detach_ends_the_samplers_and_attach_starts_them_again(cluster2: Cluster
                                                                tmp_path: Path) -> None:
     c = cluster2
     state = tmp_path / "state"
-    ctl = Controller(load_config(hosts_file(c, tmp_path)), state_root=state)
+    ctl = Session(load_config(hosts_file(c, tmp_path)), state_root=state)
     names = [h.name for h in c.hosts]
     try:
         ctl.launch()
@@ -135,7 +135,7 @@ def test_detach_ends_the_samplers_and_attach_starts_them_again(cluster2: Cluster
                    90, "samples from every node")
         ctl.detach()
         assert samplers_on(c) == {}  # the job goes on; nobody samples for nobody
-        ctl = Controller.attach(ctl.run_id, state_root=state)
+        ctl = Session.attach(ctl.run_id, state_root=state)
         wait_until(lambda: samplers_on(c).keys() == set(names), 30, "samplers again")
         wait_until(lambda: all(ctl.store.node_samples().get(n) for n in names), 30,
                    "samples after attach")
@@ -153,7 +153,7 @@ def test_telemetry_false_starts_no_sampler(cluster2: Cluster, tmp_path: Path) ->
     path.write_text(path.read_text() + "\nhealth: {telemetry: false}\n")
     config = load_config(path)
     assert config.health.telemetry is False
-    ctl = Controller(config, state_root=tmp_path / "state")
+    ctl = Session(config, state_root=tmp_path / "state")
     names = [h.name for h in c.hosts]
     try:
         ctl.launch()

@@ -1,32 +1,36 @@
-"""The dashboard's side of an engine: calls to it, and the replica store it keeps up to date.
+"""The dashboard's side of an engine: starting one, calls to it, and the replica store it
+keeps up to date.
 
 :class:`EngineClient` is what the dashboard holds as its run's handle (the shape of
 :class:`ddptui.tui.handle.RunHandle`): a replica of the engine's store, brought up to date by
 :meth:`EngineClient.pump` on the dashboard's timer, and calls that the engine answers.
+:class:`EngineProcess` starts an engine and :class:`Spare` keeps one ready. They run in the
+dashboard's process, so they live here and not in :mod:`ddptui.engine.process`, the engine's
+own code: the engine imports that and the wire, and nothing of the dashboard's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import queue
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ddptui.chart.rows import Run
 from ddptui.config import HostsConfig
-from ddptui.engine.wire import apply_change, decode, unpack_snapshot
+from ddptui.engine.wire import EngineCalls, EngineError, apply_change, decode, unpack_snapshot
 from ddptui.events import RunStatus
-from ddptui.launch.outcome import LaunchError, RunResult, StopReport
+from ddptui.launch.outcome import RunResult, StopReport
 from ddptui.launch.stacks import DUMP_TIMEOUT_S, Stacks
 from ddptui.nccl import NcclFacts
 from ddptui.store.store import Change, Store
-
-if TYPE_CHECKING:
-    from ddptui.engine.process import EngineProcess
 
 #: How long one :meth:`EngineClient.pump` may keep the dashboard's event loop: a key waits
 #: at most this long behind it. The dashboard pumps often, so this is not a rate limit.
@@ -37,71 +41,6 @@ CHART_TIMEOUT_S = 5.0
 STACKS_TIMEOUT_S = DUMP_TIMEOUT_S + 50
 #: Decoded messages waiting for the dashboard's loop, at most (about two seconds of a flood).
 INBOX_MESSAGES = 100
-
-
-class EngineError(Exception):
-    """The engine failed, or an error inside it that is not a :class:`LaunchError`;
-    ``str()`` names the error's kind."""
-
-
-def error_payload(e: BaseException) -> tuple[str, str, list[str] | None]:
-    """An exception as the engine sends it: its kind, its text, a LaunchError's problems."""
-    return type(e).__name__, str(e), getattr(e, "problems", None)
-
-
-def _remote_error(kind: str, message: str, problems: list[str] | None) -> Exception:
-    if kind == "LaunchError" and problems is not None:
-        return LaunchError(problems)
-    return EngineError(f"{kind}: {message}")
-
-
-class EngineCalls:
-    """Requests to the engine from any thread; one reader thread hands out the replies."""
-
-    def __init__(self, conn: Connection, on_gone: Callable[[], None]) -> None:
-        self._conn = conn
-        self._on_gone = on_gone
-        self._lock = threading.Lock()
-        self._next = 0
-        self._waiting: dict[int, Future[Any]] = {}
-        self.gone = False
-        threading.Thread(target=self._read, name="engine-replies", daemon=True).start()
-
-    def call(self, op: str, *args: Any, timeout: float | None = None) -> Any:
-        """``op(*args)`` in the engine; its result, or its error raised here."""
-        reply: Future[Any] = Future()
-        with self._lock:
-            if self.gone:
-                raise EngineError("the engine process has ended")
-            request = self._next
-            self._next += 1
-            self._waiting[request] = reply
-            try:
-                self._conn.send((request, op, args))
-            except (OSError, EOFError) as e:
-                del self._waiting[request]
-                raise EngineError(f"the engine process has ended ({e})") from None
-        return reply.result(timeout)
-
-    def _read(self) -> None:
-        while True:
-            try:
-                request, ok, payload = self._conn.recv()
-            except (EOFError, OSError):
-                break
-            reply = self._waiting.pop(request, None)
-            if reply is None:
-                continue
-            if ok:
-                reply.set_result(payload)
-            else:
-                reply.set_exception(_remote_error(*payload))
-        with self._lock:
-            self.gone = True
-            waiting, self._waiting = self._waiting, {}
-        for reply in waiting.values():
-            reply.set_exception(EngineError("the engine process ended before it answered"))
-        self._on_gone()
 
 
 class EngineClient:
@@ -217,3 +156,84 @@ class EngineClient:
     def close(self) -> None:
         self._closing = True
         self.engine.close()
+
+
+class EngineProcess:
+    """A started engine with nothing to run yet. Spawned ahead of need, it has finished its
+    imports (half a second or so) by the time a launch asks for it.
+
+    A plain ``subprocess`` over two socket pairs, not ``multiprocessing``: its spawn starts a
+    resource tracker that passes on the dashboard's stderr, which Textual has replaced.
+    """
+
+    def __init__(self) -> None:
+        cmd, cmd_child = socket.socketpair()
+        feed, feed_child = socket.socketpair()
+        fds = (cmd_child.fileno(), feed_child.fileno())
+        # Whatever the dashboard imports, the engine can import: its sys.path goes on the
+        # command line, not into PYTHONPATH, which local nodes' torchrun would inherit.
+        path = [p for p in sys.path if p]
+        code = f"import sys; sys.path[:0] = {path!r}; " \
+               f"from ddptui.engine.process import main; main{fds}"
+        try:
+            # A session of its own: the terminal's Ctrl-C and hang-up are the dashboard's.
+            # Should the dashboard die, the engine reads EOF, detaches and ends.
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", code], pass_fds=fds, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        finally:
+            cmd_child.close()
+            feed_child.close()
+        self.feed = Connection(feed.detach())
+        self._client: EngineClient | None = None
+        self.calls = EngineCalls(Connection(cmd.detach()), self._gone)
+
+    def open(self, target: Callable[..., Any], *args: Any) -> EngineClient:
+        """Run ``target(*args)`` (a controller, built in the engine) and follow its store."""
+        reply = self.calls.call("open", target, args)
+        self._client = EngineClient(self, *reply)
+        return self._client
+
+    def _gone(self) -> None:
+        if self._client is not None:
+            self._client.engine_gone()
+
+    def close(self, timeout: float = 20.0) -> None:
+        """Ask the engine to leave (it detaches from a run still going) and wait for it."""
+        with contextlib.suppress(EngineError, TimeoutError):
+            self.calls.call("exit", timeout=timeout)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+
+
+class Spare:
+    """At most one idle engine kept ready, so that a launch or attach skips its start-up."""
+
+    def __init__(self) -> None:
+        self._engine: EngineProcess | None = None
+        self._lock = threading.Lock()
+
+    def warm(self) -> None:
+        with self._lock:
+            if self._engine is None:
+                self._engine = EngineProcess()
+
+    def open(self, target: Callable[..., Any], *args: Any) -> EngineClient:
+        with self._lock:
+            engine, self._engine = self._engine, None
+        if engine is None or engine.process.poll() is not None:
+            engine = EngineProcess()
+        try:
+            return engine.open(target, *args)
+        except BaseException:
+            engine.close()
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.close()

@@ -9,8 +9,9 @@ a replica of the store and brings it up to date on its own timer (:meth:`EngineC
 The engine never stops a run by itself. If the dashboard closes it, or dies, the engine
 detaches and the run goes on, ready to be attached again.
 
-This module is the engine's side (:class:`EngineProcess` starts one, ``main`` is its entry)
-and the spare that the dashboard keeps; ``ddptui.engine.client`` is the dashboard's side.
+This module is the engine's side (``main`` is its entry): it imports the wire
+(:mod:`ddptui.engine.wire`) and nothing else of the engine package, so the engine never loads
+the dashboard's side, :mod:`ddptui.engine.client`, which starts engines and follows them.
 """
 
 from __future__ import annotations
@@ -18,9 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -29,8 +27,7 @@ from typing import Any, Protocol
 
 from ddptui.chart.rows import store_chart
 from ddptui.config import HostsConfig
-from ddptui.engine.client import EngineCalls, EngineClient, EngineError, error_payload
-from ddptui.engine.wire import Backlog, encode, pack_snapshot, split_changes
+from ddptui.engine.wire import Backlog, encode, error_payload, pack_snapshot, split_changes
 from ddptui.launch.outcome import RunResult, StopReport
 from ddptui.launch.stacks import Stacks
 from ddptui.nccl import NcclFacts
@@ -43,7 +40,7 @@ MESSAGE_EVENTS = 1000
 
 
 class Runnable(Protocol):
-    """What an engine runs: :class:`ddptui.launch.controller.Controller` (tests script
+    """What an engine runs: :class:`ddptui.launch.session.Session` (tests script
     stand-ins), built in the engine by a target such as :func:`new_run`."""
 
     store: Store
@@ -66,17 +63,17 @@ class Runnable(Protocol):
 # Targets: what an engine runs (module-level so that they pickle by name).
 
 def new_run(config: HostsConfig, state_root: Path | None, preflight: bool = True) -> Runnable:
-    from ddptui.launch.controller import Controller
+    from ddptui.launch.session import Session
 
-    ctl = Controller(config, state_root=state_root)
+    ctl = Session(config, state_root=state_root)
     ctl.preflight = preflight
     return ctl
 
 
 def attach_run(run_id: str, state_root: Path | None) -> Runnable:
-    from ddptui.launch.controller import Controller
+    from ddptui.launch.session import Session
 
-    return Controller.attach(run_id, state_root=state_root)
+    return Session.attach(run_id, state_root=state_root)
 
 
 def _redirect_output(path: str) -> None:
@@ -213,84 +210,3 @@ def main(cmd_fd: int, feed_fd: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _on_sigterm)
     _Engine(Connection(cmd_fd), Connection(feed_fd)).serve()
-
-
-class EngineProcess:
-    """A started engine with nothing to run yet. Spawned ahead of need, it has finished its
-    imports (half a second or so) by the time a launch asks for it.
-
-    A plain ``subprocess`` over two socket pairs, not ``multiprocessing``: its spawn starts a
-    resource tracker that passes on the dashboard's stderr, which Textual has replaced.
-    """
-
-    def __init__(self) -> None:
-        cmd, cmd_child = socket.socketpair()
-        feed, feed_child = socket.socketpair()
-        fds = (cmd_child.fileno(), feed_child.fileno())
-        # Whatever the dashboard imports, the engine can import: its sys.path goes on the
-        # command line, not into PYTHONPATH, which local nodes' torchrun would inherit.
-        path = [p for p in sys.path if p]
-        code = f"import sys; sys.path[:0] = {path!r}; " \
-               f"from ddptui.engine.process import main; main{fds}"
-        try:
-            # A session of its own: the terminal's Ctrl-C and hang-up are the dashboard's.
-            # Should the dashboard die, the engine reads EOF, detaches and ends.
-            self.process = subprocess.Popen(
-                [sys.executable, "-c", code], pass_fds=fds, stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        finally:
-            cmd_child.close()
-            feed_child.close()
-        self.feed = Connection(feed.detach())
-        self._client: EngineClient | None = None
-        self.calls = EngineCalls(Connection(cmd.detach()), self._gone)
-
-    def open(self, target: Callable[..., Any], *args: Any) -> EngineClient:
-        """Run ``target(*args)`` (a controller, built in the engine) and follow its store."""
-        reply = self.calls.call("open", target, args)
-        self._client = EngineClient(self, *reply)
-        return self._client
-
-    def _gone(self) -> None:
-        if self._client is not None:
-            self._client.engine_gone()
-
-    def close(self, timeout: float = 20.0) -> None:
-        """Ask the engine to leave (it detaches from a run still going) and wait for it."""
-        with contextlib.suppress(EngineError, TimeoutError):
-            self.calls.call("exit", timeout=timeout)
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(5)
-
-
-class Spare:
-    """At most one idle engine kept ready, so that a launch or attach skips its start-up."""
-
-    def __init__(self) -> None:
-        self._engine: EngineProcess | None = None
-        self._lock = threading.Lock()
-
-    def warm(self) -> None:
-        with self._lock:
-            if self._engine is None:
-                self._engine = EngineProcess()
-
-    def open(self, target: Callable[..., Any], *args: Any) -> EngineClient:
-        with self._lock:
-            engine, self._engine = self._engine, None
-        if engine is None or engine.process.poll() is not None:
-            engine = EngineProcess()
-        try:
-            return engine.open(target, *args)
-        except BaseException:
-            engine.close()
-            raise
-
-    def close(self) -> None:
-        with self._lock:
-            engine, self._engine = self._engine, None
-        if engine is not None:
-            engine.close()

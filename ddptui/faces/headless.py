@@ -24,9 +24,9 @@ from ddptui.events import (
     Stall,
     format_metric,
 )
-from ddptui.launch.controller import Controller
 from ddptui.launch.follow import Batch
 from ddptui.launch.outcome import RunResult
+from ddptui.launch.session import Session
 from ddptui.nccl import nccl_warnings
 from ddptui.store.health import stall_texts
 from ddptui.store.store import Store
@@ -129,7 +129,7 @@ def failure_report(store: Store, result: RunResult, tail: int = 15, run_id: str 
     return "\n".join(out)
 
 
-def run_headless(ctl: Controller, out: TextIO = sys.stdout) -> int:
+def run_headless(ctl: Session, out: TextIO = sys.stdout) -> int:
     """Follow a launched or attached controller to its end; Ctrl-C stops the run cleanly."""
     try:
         result = None
@@ -166,7 +166,7 @@ def run_headless(ctl: Controller, out: TextIO = sys.stdout) -> int:
 NCCL_WARNINGS_SHOWN = 5
 
 
-def nccl_report(ctl: Controller) -> str:
+def nccl_report(ctl: Session) -> str:
     """What looked wrong in NCCL's choices (a job on TCP beside InfiniBand, a loopback
     interface, ...), failed run or not: a run that worked may still have been slow for it."""
     warnings = nccl_warnings(ctl.nccl_facts())
@@ -179,7 +179,7 @@ def nccl_report(ctl: Controller) -> str:
     return "\n".join(lines) + "\n"
 
 
-def await_reaper(ctl: Controller, out: TextIO) -> None:
+def await_reaper(ctl: Session, out: TextIO) -> None:
     """Wait (bounded) while ddptui seeks lost nodes to stop what the run left there, so that
     a node that comes back soon holds nothing of it (see :mod:`ddptui.launch.liveness`)."""
     reaper = ctl.reaper

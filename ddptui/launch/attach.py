@@ -10,62 +10,51 @@ may declare it lost); only when none can be reached does attaching fail.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ddptui.config import HostsConfig
-from ddptui.config.secrets import config_masker
-from ddptui.events import RunStatus
+from ddptui.events import Level
 from ddptui.ingest import parse_chunk, split_complete
-from ddptui.launch import liveness, withheld
 from ddptui.launch.outcome import LaunchError
+from ddptui.launch.ports import NodePool
 from ddptui.launch.reach import map_at_once
 from ddptui.nodelog import NodeLogParser
+from ddptui.run_state import RunRecord
 from ddptui.store import rundir
-from ddptui.store.owner import this_controller
 from ddptui.store.runs import no_run, read_run
-from ddptui.store.runs import state_root as resolve_state_root
 from ddptui.store.store import Store
-
-if TYPE_CHECKING:
-    from ddptui.launch.controller import Controller
+from ddptui.transport.factory import make_transport
 
 
-def reopen(cls: type[Controller], run_id: str, *, state_root: Path | None, poll: float,
-           follow: bool) -> Controller:
-    root = resolve_state_root(state_root)
+def read_record(root: Path, run_id: str) -> RunRecord:
+    """The run's ``run.json``, or a :class:`LaunchError` that says why it cannot be reopened."""
     try:
-        meta = read_run(root, run_id)
-    except (OSError, ValueError) as e:
+        record = RunRecord.from_json(read_run(root, run_id))
+    except (OSError, ValueError, KeyError) as e:
         raise LaunchError([no_run(root, run_id, e)]) from None
-    config = HostsConfig.from_dict(meta["config"])
-    ctl = cls(config, state_root=root, run_id=run_id, poll=poll)
-    ctl._meta = {**meta, "controller": this_controller()}
-    ctl._meta["nodes"] = {n["name"]: n for n in meta.get("nodes", [])}
-    if not ctl._meta["nodes"]:
+    if not record.nodes:
         raise LaunchError([f"run {run_id} never started on any node "
-                           f"(status {meta.get('status')})"])
-    ctl._pgids = {n: v.get("pgid") for n, v in ctl._meta["nodes"].items()}
-    # the new store has opened no mirror file yet, so recovery may truncate them
-    parsers = replay_raw_logs(ctl.store, ctl.local_dir, [n.name for n in config.nodes])
-    ctl.evidence.seed(ctl.store)
-    ctl.evidence.nccl.reread(ctl.local_dir, [n.name for n in config.nodes], meta.get("nccl"))
-    ctl.store.set_run(run_id=run_id, status=RunStatus.RUNNING,
-                      started_at=meta.get("started_at"),
-                      world_size=meta.get("world_size"))
-    errors = map_at_once(list(config.nodes), ctl._reconnect)
-    problems = [str(e) for e in errors if isinstance(e, Exception)]
-    if problems and len(problems) == len(errors):
-        ctl._close_transports()
+                           f"(status {record.status})"])
+    return record
+
+
+def reconnect(config: HostsConfig, pool: NodePool,
+              note: Callable[[str, str, Level], None]) -> None:
+    """Connect to every node again. A node that cannot be reached is followed all the same,
+    as silent from the start: the watch declares it lost after ``lost_after``, so attaching
+    settles a run whose node is gone. Only when no node answers does attaching fail."""
+    nodes = list(config.nodes)
+    results = map_at_once(nodes, pool.open)
+    problems = [str(e) for e in results if isinstance(e, Exception)]
+    if problems and len(problems) == len(results):
+        pool.close_all()
         raise LaunchError(problems)
-    liveness.follow_unreached(ctl, errors)
-    ctl.config = withheld.recover(config, ctl.transports,
-                                  {n: v["run_dir"] for n, v in ctl._meta["nodes"].items()})
-    ctl.masker = config_masker(ctl.config)
-    ctl.write_meta()  # run.json names this controller now: the run is not stale
-    if follow:
-        ctl.start_following(parsers)
-    return ctl
+    for node, res in zip(nodes, results, strict=True):
+        if isinstance(res, Exception):
+            pool.put(node.name, make_transport(node, config.ssh))  # not connected
+            note(node.name, f"could not reach node {node.name} ({res}); it is lost unless it "
+                            f"answers within {config.health.lost_after:g} s", Level.WARNING)
 
 
 def replay_raw_logs(store: Store, run_dir: Path, nodes: list[str]) -> dict[str, NodeLogParser]:

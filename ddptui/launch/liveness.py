@@ -29,17 +29,11 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
 
-from ddptui.events import Level, NodeStatus, RunStatus
-from ddptui.launch import nodeops
-from ddptui.launch.reach import connect, map_at_once
-from ddptui.transport.base import Transport, TransportError
-from ddptui.transport.factory import make_transport
-
-if TYPE_CHECKING:
-    from ddptui.launch.controller import Controller
+from ddptui.events import NodeStatus
+from ddptui.launch.follow import NodeFollower
+from ddptui.transport.base import Transport
 
 #: The exit code of a run that ended because a node was lost (as ssh's for a lost link).
 LOST_EXIT = 255
@@ -47,33 +41,42 @@ LOST_EXIT = 255
 REAP_FACTOR = 3
 TICK_S = 0.25
 
-
-def close_later(transport: Transport | None) -> None:
-    """Close a lost node's connection without waiting: a read blocked on the dead link holds
-    the connection's lock until its own timeout."""
-    if transport is not None:
-        threading.Thread(target=transport.close, name="ddptui-close", daemon=True).start()
+#: Stops the named nodes, still running, because of what is said (the session's stop path,
+#: which says so on each node and stops them off the caller's thread).
+EndRun = Callable[[list[str], str], None]
 
 
 class Watch(threading.Thread):
-    """Declares silent nodes lost and ends the run around them (see the module's docstring)."""
+    """Declares silent nodes lost and ends the run around them (see the module's docstring).
 
-    def __init__(self, ctl: Controller, lost_after: float, tick: float = TICK_S,
-                 end_after_failure: float | None = None) -> None:
+    Args:
+        followers: The run's followers by node (read only).
+        finished: How each node that has ended ended, so far.
+        stopping: Set once a stop was asked for: the watch then ends nothing itself.
+        done: Set once the run is over.
+        end_run: See :data:`EndRun`.
+        drop: Forgets a lost node's connection.
+    """
+
+    def __init__(self, *, followers: Mapping[str, NodeFollower],
+                 finished: Callable[[], Mapping[str, NodeStatus]], stopping: threading.Event,
+                 done: threading.Event, end_run: EndRun, drop: Callable[[str], None],
+                 lost_after: float, end_after_failure: float, tick: float = TICK_S) -> None:
         super().__init__(name="ddptui-liveness", daemon=True)
-        self.ctl = ctl
+        self.followers, self.finished = followers, finished
+        self.stopping, self.done = stopping, done
+        self.end_run, self.drop = end_run, drop
         self.lost_after = lost_after
         self.tick = tick
         self.lost: list[str] = []  # nodes declared lost, in the order they were
-        self.end_after_failure = (ctl.config.health.end_after_failure
-                                  if end_after_failure is None else end_after_failure)
+        self.end_after_failure = end_after_failure
         #: The node whose failure made the watch stop the others (then the run failed).
         self.failed: str | None = None
         self._failed_at: tuple[str, float] | None = None
 
     def run(self) -> None:
-        followers = self.ctl._followers
-        while not self.ctl._done.wait(self.tick):
+        followers = self.followers
+        while not self.done.wait(self.tick):
             if followers and all(f.halt.is_set() for f in followers.values()):
                 return  # detached, or every node over
             now = time.monotonic()
@@ -88,7 +91,7 @@ class Watch(threading.Thread):
                 if f.give_up(f"lost: no answer for {quiet:.0f} s (health.lost_after is "
                              f"{self.lost_after:g} s){why}"):
                     self.lost.append(name)
-                    close_later(self.ctl.transports.pop(name, None))
+                    self.drop(name)
                     self._end_run(f"node {name} was lost")
             self._after_failure(now)
 
@@ -96,11 +99,10 @@ class Watch(threading.Thread):
         """A node whose torchrun failed (its restarts spent) leaves the others' ranks waiting
         for its ranks, in a rendezvous or a store, for up to half an hour: they get
         ``health.end_after_failure`` seconds to end by themselves, then they are stopped."""
-        if self.failed is not None or self.ctl._stopping.is_set():
+        if self.failed is not None or self.stopping.is_set():
             return
         if self._failed_at is None:
-            failed = [n for n, f in list(self.ctl._finished.items())
-                      if f.status is NodeStatus.FAILED]
+            failed = [n for n, s in self.finished().items() if s is NodeStatus.FAILED]
             if failed:
                 self._failed_at = (failed[0], now)
             return
@@ -113,73 +115,46 @@ class Watch(threading.Thread):
     def _end_run(self, what: str, why: str = "the run cannot go on without it") -> bool:
         """Stop the nodes still running, whose ranks cannot go on after ``what``; whether
         any was left to stop."""
-        ctl = self.ctl
-        others = [n for n, f in ctl._followers.items()
-                  if not (f.ended or f.halt.is_set()) and n not in ctl._finished]
-        if not others or ctl._stopping.is_set():
+        finished = self.finished()
+        others = [n for n, f in self.followers.items()
+                  if not (f.ended or f.halt.is_set()) and n not in finished]
+        if not others or self.stopping.is_set():
             return False
-        grace = ctl.config.job.stop_grace
-        for n in others:
-            ctl.node_state(n, NodeStatus.STOPPING, f"{what} and {why}: SIGTERM, then SIGKILL "
-                                                   f"after {grace:g} s")
-
-        def stop(name: str) -> None:
-            try:
-                ctl._stop_node(name, grace)
-            except Exception as e:  # unreachable too: the watch will declare it lost in turn
-                ctl._publish_note(name, f"could not stop node {name}: {e}", Level.ERROR)
-
-        threading.Thread(target=map_at_once, args=(others, stop), name="ddptui-end-run",
-                         daemon=True).start()
+        self.end_run(others, f"{what} and {why}")
         return True
 
 
-def lost_nodes(ctl: Controller) -> list[str]:
-    """Nodes whose end is ``lost``: declared by the watch, or unreachable for a stop."""
-    return [n for n, f in ctl._finished.items() if f.status is NodeStatus.LOST]
-
-
-def stop_command(ctl: Controller, name: str, grace: float | None) -> str:
-    """The stop program for one node of the run; ``grace`` None: on standby."""
-    return nodeops.stop_cmd(ctl.config.node(name).python, ctl.run_id, ctl._rank_of(name),
-                            grace, ctl._pgids.get(name), ctl._node_dir(name))
-
-
-def stop_remote(ctl: Controller, name: str, transport: Transport, grace: float
-                ) -> nodeops.StopResult:
-    """Stop the run's processes on one node through ``transport`` (SIGTERM, ``grace``,
-    SIGKILL): what was found, killed and is still alive there."""
-    res = transport.run(stop_command(ctl, name, grace), timeout=grace + 60)
-    parsed = nodeops.parse_stop(res.stdout)
-    if parsed is None:
-        raise TransportError(name, f"node {name}: the stop command failed (exit code "
-                                   f"{res.exit_code}): {res.stderr.strip()}")
-    return parsed
-
-
 class Reaper(threading.Thread):
-    """After the run's end: reach each lost node within ``seconds`` and stop what is left."""
+    """After the run's end: reach each lost node within ``seconds`` and stop what is left.
 
-    def __init__(self, ctl: Controller, names: list[str], seconds: float,
+    Args:
+        connect: A fresh connection to a node (the run's own were given up).
+        stop: Stops the run on a node through the connection given: what is left there.
+        record: Saves what was done (node -> words) and the nodes not reached yet.
+    """
+
+    def __init__(self, names: list[str], seconds: float, *, run_id: str,
+                 connect: Callable[[str], Transport],
+                 stop: Callable[[str, Transport], list[int]],
+                 record: Callable[[dict[str, str], list[str]], None],
                  retry: float = 1.0) -> None:
         super().__init__(name="ddptui-reaper", daemon=True)
-        self.ctl = ctl
         self.pending = list(names)
         self.seconds = seconds
+        self.run_id = run_id
+        self.connect, self.stop, self.record = connect, stop, record
         self.retry = retry
         self.cancel = threading.Event()
         self.report: dict[str, str] = {}  # node -> what was done there, in ddptui's words
 
     def run(self) -> None:
-        ctl = self.ctl
         end = time.monotonic() + self.seconds
-        grace = ctl.config.job.stop_grace
         while self.pending and not self.cancel.is_set():
             for name in list(self.pending):
                 transport = None
                 try:
-                    transport = connect(ctl.config.node(name), ctl.config)
-                    left = stop_remote(ctl, name, transport, grace).leftover
+                    transport = self.connect(name)
+                    left = self.stop(name, transport)
                 except Exception:
                     continue
                 finally:
@@ -190,49 +165,10 @@ class Reaper(threading.Thread):
                 self.report[name] = ("reached again; nothing of the run is left there"
                                      if not left else
                                      f"reached again, but processes {left} are still alive")
-                self._record()
+                self.record(dict(self.report), list(self.pending))
             if time.monotonic() >= end or self.cancel.wait(self.retry):
                 break
         for name in self.pending:
             self.report[name] = (f"not reached within {self.seconds:g} s: what the run left "
-                                 f"there may still run; `ddptui stop {ctl.run_id}` stops it "
+                                 f"there may still run; `ddptui stop {self.run_id}` stops it "
                                  "once the node answers")
-
-    def _record(self) -> None:
-        for name, what in self.report.items():
-            self.ctl._meta["nodes"][name]["cleanup"] = what
-        self.ctl.write_meta(unstopped=list(self.pending))
-
-
-def follow_unreached(ctl: Controller, results: list[Any]) -> None:
-    """Attach follows a node it could not reach all the same, as silent from the start: the
-    watch declares it lost after ``lost_after``, so attaching settles a run whose node is gone
-    (``results``: what connecting to each node gave, in hosts-file order)."""
-    for node, res in zip(ctl.config.nodes, results, strict=True):
-        if isinstance(res, Exception):
-            ctl.transports[node.name] = make_transport(node, ctl.config.ssh)  # not connected
-            ctl._publish_note(node.name, f"could not reach node {node.name} ({res}); it is "
-                              f"lost unless it answers within {ctl.config.health.lost_after:g} s",
-                              Level.WARNING)
-
-
-def ended_before(ctl: Controller, unreached: Mapping[str, str]) -> bool:
-    """A stop of a run that had already ended (``ddptui stop`` after a lost node came back)
-    cleans up and records it, but does not rewrite how the run ended."""
-    if RunStatus.read(ctl._meta.get("status")).live:
-        return False
-    ctl.write_meta(unstopped=[n for n in ctl._meta.get("unstopped", []) if n in unreached])
-    return True
-
-
-def reap(ctl: Controller, lost_after: float) -> Reaper | None:
-    """Start seeking the run's lost nodes, if any (called once the run has ended)."""
-    names = [n for n in lost_nodes(ctl) if n in ctl._meta.get("nodes", {})]
-    if not names:
-        return None
-    ctl.write_meta(unstopped=names)
-    for n in names:  # the connection of a node given up by a stop may be blocked as well
-        close_later(ctl.transports.pop(n, None))
-    reaper = Reaper(ctl, names, REAP_FACTOR * lost_after)
-    reaper.start()
-    return reaper

@@ -321,7 +321,7 @@ class Probe:
     devices: int | None = None
 
 
-def _last_json(stdout: str, key: str) -> dict[str, Any] | None:
+def last_json(stdout: str, key: str) -> dict[str, Any] | None:
     """The last line that is a JSON object with ``key``: a login banner may come before it."""
     for line in reversed(stdout.strip().splitlines()):
         try:
@@ -334,7 +334,7 @@ def _last_json(stdout: str, key: str) -> dict[str, Any] | None:
 
 
 def parse_probe(stdout: str) -> Probe | None:
-    d = _last_json(stdout, "python")
+    d = last_json(stdout, "python")
     if d is None:
         return None
     return Probe(str(d["python"]), str(d.get("version", "")), str(d.get("hostname", "")),
@@ -350,7 +350,7 @@ class StopResult:
 
 
 def parse_stop(stdout: str) -> StopResult | None:
-    d = _last_json(stdout, "leftover")
+    d = last_json(stdout, "leftover")
     if d is None:
         return None
     return StopResult(list(d["found"]), list(d["killed"]), list(d["leftover"]))

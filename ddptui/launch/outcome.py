@@ -11,11 +11,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ddptui.diagnose import Diagnosis
-from ddptui.events import Failure, NodeStatus
+from ddptui.events import Failure, NodeStatus, RunStatus
 
 #: The exit code of a run that was stopped (by a key, ``ddptui stop`` or Ctrl-C), as a
 #: shell reports a command ended by SIGINT.
 STOPPED_EXIT = 130
+#: The exit code of a run that ended because a node was lost (as ssh's for a lost link).
+LOST_EXIT = 255
 
 
 def node_end(code: int | None, stop_requested: bool, expired: bool) -> tuple[NodeStatus, str]:
@@ -60,6 +62,26 @@ class RunResult:
     node_exit_codes: dict[str, int | None]
     stopped: bool
     diagnosis: Diagnosis | None = None
+
+
+def run_end(names: Sequence[str], ends: Mapping[str, tuple[NodeStatus, int | None]],
+            failures: Sequence[Failure] = (), *, stopping: bool = False, lost: bool = False,
+            failed: bool = False) -> tuple[RunStatus, int]:
+    """How a run ended and its exit code, from every node's end (status, exit code). The
+    live run, attach and ``ddptui logs --check`` judge by this one rule.
+
+    ``stopping``: a stop was asked for, which comes first; ``lost``: the watch declared a
+    node lost; ``failed``: the watch stopped the others after a node failed. A run some node
+    of which was stopped (from beside, say) was stopped.
+    """
+    ended = (lost or failed) and not stopping
+    stopped = not ended and (stopping or any(s is NodeStatus.STOPPED for s, _ in ends.values()))
+    codes = {n: code for n, (_, code) in ends.items()}
+    code = (LOST_EXIT if lost and not stopping
+            else run_exit_code(codes, failures, names, stopped))
+    if stopped:
+        return RunStatus.STOPPED, code
+    return (RunStatus.FINISHED if code == 0 else RunStatus.FAILED), code
 
 
 def run_exit_code(codes: Mapping[str, int | None], failures: Sequence[Failure],

@@ -1,7 +1,7 @@
 """The user's project as launch phases: walk it here, ship it (or check it is in place),
 then run ``job.setup`` on every node, all before torchrun starts anywhere.
 
-Each phase runs on every node at once and ends the launch through ``ctl.abort`` on any
+Each phase runs on every node at once and ends the launch by raising ``Abort`` on any
 node's failure, naming the node: a project that cannot be shipped, a node without the
 in-place path, or a failing setup step leaves no node started.
 """
@@ -13,18 +13,18 @@ import posixpath
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ddptui.events import Level, LogLine, NodeStatus, Source
+from ddptui.config.model import JobConfig
+from ddptui.events import Level, LogLine, Source
 from ddptui.launch import nodeops
 from ddptui.launch.plan import NodeLaunch, Plan, expand_home, module_paths, script_in_project
+from ddptui.launch.ports import Abort, LaunchContext
 from ddptui.launch.reach import map_at_once
+from ddptui.run_state import NodeEvent
 from ddptui.store import rundir
 from ddptui.sync.push import Plans, sync_node
 from ddptui.sync.walk import ProjectError, Walked, walk
-
-if TYPE_CHECKING:
-    from ddptui.launch.controller import Controller
 
 #: A setup step may install packages; an hour bounds a hung one.
 SETUP_TIMEOUT_S = 3600
@@ -32,25 +32,24 @@ SETUP_TIMEOUT_S = 3600
 SETUP_TAIL = 10
 
 
-def prepare(ctl: Controller) -> Walked | None:
+def prepare(ctx: LaunchContext) -> Walked | None:
     """The local project's manifest, before any node is contacted: an unreadable or too large
     project is refused with nothing sent. None when nothing is synced."""
-    job = ctl.config.job
+    job = ctx.config.job
     if job.script is None or not job.sync or job.project is None:
         return None
     key = hashlib.sha256(job.project.encode()).hexdigest()[:16]
+    root = ctx.state_root
     try:
-        return walk(job.project, job.exclude, skip=(str(ctl.root),),
-                    hash_cache=rundir.hash_cache(ctl.root, key), max_mb=job.max_sync_mb)
+        return walk(job.project, job.exclude, skip=(str(root),),
+                    hash_cache=rundir.hash_cache(root, key), max_mb=job.max_sync_mb)
     except ProjectError as exc:
-        ctl.abort([f"job.project {job.project}: {exc}"], cleanup=False)
-        raise  # abort raises; this keeps mypy's flow honest
+        raise Abort([f"job.project {job.project}: {exc}"], cleanup=False) from None
 
 
-def project_dirs(ctl: Controller, workdirs: dict[str, str], homes: dict[str, str],
+def project_dirs(job: JobConfig, workdirs: dict[str, str], homes: dict[str, str],
                  walked: Walked | None) -> dict[str, str] | None:
     """Node name -> the project's root there: the synced tree, or the in-place path."""
-    job = ctl.config.job
     if job.script is None or job.project is None:
         return None
     if walked is not None:
@@ -59,9 +58,9 @@ def project_dirs(ctl: Controller, workdirs: dict[str, str], homes: dict[str, str
     return {n: expand_home(job.project, homes[n]) for n in workdirs}
 
 
-def check_in_place(ctl: Controller, plan: Plan) -> None:
+def check_in_place(ctx: LaunchContext, plan: Plan) -> None:
     """``sync: false``: the project and its entry point exist on every node."""
-    job = ctl.config.job
+    job = ctx.config.job
     if job.script is None or job.sync:
         return
     entry = module_paths(job.script) if job.module else (
@@ -69,7 +68,7 @@ def check_in_place(ctl: Controller, plan: Plan) -> None:
 
     def check(launch: NodeLaunch) -> None:
         assert launch.project_dir is not None
-        res = ctl.transports[launch.node.name].run(
+        res = ctx.pool.get(launch.node.name).run(
             nodeops.in_place_cmd(launch.project_dir, entry), timeout=30)
         if res.exit_code != 0:
             what = (res.stdout.strip() or res.stderr.strip()).splitlines()
@@ -79,14 +78,18 @@ def check_in_place(ctl: Controller, plan: Plan) -> None:
                 "`job.sync: false` the project must already exist at the same path on every "
                 "node (shared storage); otherwise leave `sync` on.")
 
-    errs = [e for e in map_at_once(list(plan.nodes), check) if isinstance(e, Exception)]
+    _on_every_node(plan, check, cleanup=False)
+
+
+def _on_every_node(plan: Plan, fn: Any, *, cleanup: bool) -> None:
+    errs = [str(e) for e in map_at_once(list(plan.nodes), fn) if isinstance(e, Exception)]
     if errs:
-        ctl.abort([str(e) for e in errs], cleanup=False)
+        raise Abort(errs, cleanup=cleanup)
 
 
-def sync_all(ctl: Controller, plan: Plan, walked: Walked | None) -> None:
+def sync_all(ctx: LaunchContext, plan: Plan, walked: Walked | None) -> None:
     """Ship the project to every node at once; the counts go to run.json's ``sync``."""
-    job = ctl.config.job
+    job = ctx.config.job
     if walked is None or job.project is None:
         return
     digest = walked.manifest.digest()
@@ -98,36 +101,34 @@ def sync_all(ctl: Controller, plan: Plan, walked: Walked | None) -> None:
         name, node = launch.node.name, launch.node
         assert launch.project_dir is not None
         code_root = posixpath.dirname(launch.project_dir)  # see rundir.code_dir
-        ctl.node_state(name, NodeStatus.UPLOADING, "sync: comparing with the node's copy")
+        ctx.node_update(name, NodeEvent.UPLOAD, "sync: comparing with the node's copy")
         command = nodeops.sync_cmd(node.python, code_root, digest)
-        stats = sync_node(name, ctl.transports[name], command, walked, job.project or "",
-                          lambda text: ctl.node_state(name, NodeStatus.UPLOADING, text), plans)
+        stats = sync_node(name, ctx.pool.get(name), command, walked, job.project or "",
+                          lambda text: ctx.node_update(name, NodeEvent.UPLOAD, text), plans)
         with lock:
             counts[name] = stats
-            ctl.write_meta(sync=dict(counts))
+            ctx.record.update(sync=dict(counts))
 
-    errs = [e for e in map_at_once(list(plan.nodes), ship) if isinstance(e, Exception)]
-    if errs:
-        ctl.abort([str(e) for e in errs], cleanup=True)
+    _on_every_node(plan, ship, cleanup=True)
 
 
-def run_setup(ctl: Controller, plan: Plan) -> None:
+def run_setup(ctx: LaunchContext, plan: Plan) -> None:
     """``job.setup`` in the project on every node at once, its output as ``setup`` lines."""
-    steps = ctl.config.job.setup
+    steps = ctx.config.job.setup
     if not steps:
         return
 
     def setup(launch: NodeLaunch) -> None:
         name = launch.node.name
         assert launch.project_dir is not None
-        ctl.node_state(name, NodeStatus.STARTING, f"setup: {len(steps)} step(s)")
+        ctx.node_update(name, NodeEvent.START, f"setup: {len(steps)} step(s)")
         tail: deque[str] = deque(maxlen=SETUP_TAIL)
         pending = {False: b"", True: b""}
 
         def emit(texts: list[str], level: Level = Level.INFO) -> None:
             tail.extend(texts)
             now = time.time()
-            ctl.publish(name, [LogLine(name, t, now, Source.SETUP, level) for t in texts])
+            ctx.publish(name, [LogLine(name, t, now, Source.SETUP, level) for t in texts])
 
         def on_output(data: bytes, is_err: bool) -> None:
             *whole, pending[is_err] = (pending[is_err] + data).split(b"\n")
@@ -135,7 +136,7 @@ def run_setup(ctl: Controller, plan: Plan) -> None:
                 emit([w.decode("utf-8", "replace").rstrip("\r") for w in whole])
 
         script = nodeops.setup_script(launch.project_dir, steps, dict(launch.env))
-        res = ctl.transports[name].run_stream("sh -s", SETUP_TIMEOUT_S,
+        res = ctx.pool.get(name).run_stream("sh -s", SETUP_TIMEOUT_S,
                                               stdin=[script.encode()], on_output=on_output)
         emit([p.decode("utf-8", "replace") for p in pending.values() if p])
         if res.exit_code != 0:
@@ -143,6 +144,4 @@ def run_setup(ctl: Controller, plan: Plan) -> None:
             raise ProjectError(f"node {name}: job.setup failed (exit code {res.exit_code}); "
                                f"nothing was started. Its last lines:\n{last}")
 
-    errs = [e for e in map_at_once(list(plan.nodes), setup) if isinstance(e, Exception)]
-    if errs:
-        ctl.abort([str(e) for e in errs], cleanup=True)
+    _on_every_node(plan, setup, cleanup=True)

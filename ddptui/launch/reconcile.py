@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from ddptui.events import NodeStatus, RunStatus
-from ddptui.launch import nodeops, torchrun_tee
-from ddptui.launch.outcome import STOPPED_EXIT, node_end, run_exit_code
+from ddptui.launch import nodeops, outcome, torchrun_tee
+from ddptui.launch.outcome import node_end
 from ddptui.store import rundir
 from ddptui.store.runs import RunSummary, list_runs, read_run, summary_of, write_run
 
@@ -81,12 +81,8 @@ class Checked:
 
 
 def run_end(names: list[str], ends: Mapping[str, NodeEnd]) -> tuple[RunStatus, int]:
-    """The run's status and exit code from every node's end, as the controller concludes."""
-    stopped = any(e.status is NodeStatus.STOPPED for e in ends.values())
-    code = run_exit_code({n: e.exit_code for n, e in ends.items()}, [], names, stopped)
-    if stopped:
-        return RunStatus.STOPPED, STOPPED_EXIT
-    return (RunStatus.FINISHED if code == 0 else RunStatus.FAILED), code
+    """The run's status and exit code from every node's end, by the live run's rule."""
+    return outcome.run_end(names, {n: (e.status, e.exit_code) for n, e in ends.items()})
 
 
 def recorded_ends(run_dir: Path) -> tuple[dict[str, NodeEnd], float | None]:

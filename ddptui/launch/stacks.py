@@ -122,7 +122,7 @@ def stacks_cmd(python: str, run_id: str, node_rank: int, ranks: set[int] | None 
 
 
 def parse_stacks(node: str, python: str, stdout: str, stderr: str = "") -> NodeStacks:
-    d: dict[str, Any] | None = nodeops._last_json(stdout, "ranks")
+    d: dict[str, Any] | None = nodeops.last_json(stdout, "ranks")
     if d is None:
         why = stderr.strip().splitlines()[-1:] or ["no answer"]
         return NodeStacks(node, problem=f"the stacks program failed on {node}: {why[0]}")

@@ -13,11 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from ddptui.config import HostsConfig
-from ddptui.launch import nodeops
 from ddptui.launch.outcome import StopReport
 from ddptui.launch.reach import connect, map_at_once
+from ddptui.launch.stopper import Stopper, StopTarget
+from ddptui.run_state import RunRecord
 from ddptui.store.owner import Owner, owner_of
 from ddptui.store.runs import read_run
+from ddptui.transport.base import Transport
 
 
 def followed_elsewhere(root: Path, run_id: str) -> bool:
@@ -32,29 +34,29 @@ def followed_elsewhere(root: Path, run_id: str) -> bool:
 
 def stop_beside(root: Path, run_id: str, grace: float | None) -> StopReport:
     """Stop the run on every node at once, touching nothing of its local run directory."""
-    meta = read_run(root, run_id)
-    config = HostsConfig.from_dict(meta["config"])
+    record = RunRecord.from_json(read_run(root, run_id))
+    config = HostsConfig.from_dict(record.config)
     grace = config.job.stop_grace if grace is None else grace
-    nodes = {n["name"]: n for n in meta.get("nodes", [])}
+
+    def target(name: str) -> StopTarget:
+        rec = record.nodes[name]
+        return StopTarget(config.node(name).python, run_id, rec.node_rank, rec.pgid,
+                          rec.run_dir)
+
+    def fresh(name: str) -> Transport:
+        return connect(config.node(name), config)
+
+    stopper = Stopper(target, fresh)
 
     def stop_one(name: str) -> list[int]:
-        node = config.node(name)
-        transport = connect(node, config)
+        transport = fresh(name)
         try:
-            rec = nodes[name]
-            res = transport.run(nodeops.stop_cmd(node.python, run_id, rec["node_rank"], grace,
-                                                 rec.get("pgid"), rec["run_dir"]),
-                                timeout=grace + 60)
+            return stopper.stop(name, grace, transport)
         finally:
             transport.close()
-        parsed = nodeops.parse_stop(res.stdout)
-        if parsed is None:
-            raise RuntimeError(f"the stop command failed there (exit code {res.exit_code}): "
-                               f"{res.stderr.strip()[-300:]}")
-        return parsed.leftover
 
     report = StopReport()
-    names = list(nodes)
+    names = list(record.nodes)
     for name, res in zip(names, map_at_once(names, stop_one), strict=True):
         if isinstance(res, Exception):
             report.errors[name] = (f"could not be stopped ({res}); its processes may still "

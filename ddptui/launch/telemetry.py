@@ -15,9 +15,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-from ddptui.events import Level
+from ddptui.config import HostsConfig
+from ddptui.events import Event, Level
 from ddptui.ingest import split_complete
 from ddptui.launch.reach import map_at_once
 from ddptui.store import rundir
@@ -25,9 +25,6 @@ from ddptui.telemetry import sampler
 from ddptui.telemetry.parse import SamplerParser
 from ddptui.telemetry.sample import NodeSample
 from ddptui.transport.base import Transport, TransportError
-
-if TYPE_CHECKING:
-    from ddptui.launch.controller import Controller
 
 FILES = sampler.SamplerFiles(rundir.SAMPLER_SCRIPT, rundir.SAMPLER_PID, rundir.SAMPLER_BEAT,
                              rundir.SAMPLER_OUT)
@@ -173,27 +170,31 @@ class NodeSampler(threading.Thread):
 
 
 class Samplers:
-    """The run's samplers, one per node; the controller starts and ends them."""
+    """The run's samplers, one per node; the session starts and ends them."""
 
     def __init__(self) -> None:
         self.by_node: dict[str, NodeSampler] = {}
 
-    def start(self, ctl: Controller) -> None:
-        if self.by_node or not ctl.config.health.telemetry:
+    def start(self, config: HostsConfig, run_id: str, *,
+              transport: Callable[[str], Transport | None], node_dir: Callable[[str], str],
+              pgid: Callable[[str], int | None], publish: Callable[[str, list[Event]], None],
+              note: Callable[[str, str, Level], None]) -> None:
+        """One sampler per node of ``config``; ``note`` must mask (an error may quote a
+        command)."""
+        if self.by_node or not config.health.telemetry:
             return
-        for node in ctl.config.nodes:
+        for node in config.nodes:
             name = node.name
 
-            def publish(samples: list[NodeSample], name: str = name) -> None:
-                ctl.publish(name, list(samples))
+            def publish_node(samples: list[NodeSample], name: str = name) -> None:
+                publish(name, list(samples))
 
-            def note(text: str, level: Level, name: str = name) -> None:
-                ctl._publish_note(name, text, level)  # masked: an error may quote a command
+            def note_node(text: str, level: Level, name: str = name) -> None:
+                note(name, text, level)
 
-            s = NodeSampler(node=name, transport=lambda name=name: ctl.transports.get(name),
-                            node_dir=ctl._node_dir(name), run_id=ctl.run_id,
-                            pgid=ctl._pgids.get(name), path=node.env.get("PATH"),
-                            publish=publish, note=note)
+            s = NodeSampler(node=name, transport=lambda name=name: transport(name),
+                            node_dir=node_dir(name), run_id=run_id, pgid=pgid(name),
+                            path=node.env.get("PATH"), publish=publish_node, note=note_node)
             self.by_node[name] = s
             s.start()
 

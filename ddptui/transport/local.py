@@ -25,6 +25,8 @@ from ddptui.transport.base import CommandResult, OnOutput, TransportError
 class LocalTransport:
     """A node that is this machine; there is nothing to connect, so nothing can drop."""
 
+    stop_kind = "signals"  # SIGTERM, grace, SIGKILL to the run's processes
+
     def __init__(self, node: NodeConfig) -> None:
         self.node = node.name
         self.address = "127.0.0.1"

@@ -23,8 +23,8 @@ from textual.screen import Screen
 
 from ddptui.config import HostsConfig
 from ddptui.config.model import HealthConfig
-from ddptui.engine.client import EngineClient
-from ddptui.engine.process import Spare, attach_run, new_run
+from ddptui.engine.client import EngineClient, Spare
+from ddptui.engine.process import attach_run, new_run
 from ddptui.store.runs import RunSummary
 from ddptui.store.store import Store
 from ddptui.tui.dashboard import DashboardScreen
@@ -182,7 +182,7 @@ class DashboardApp(Lifecycle):
         return replace(health, **self._health_overrides)
 
     def get_default_screen(self) -> Screen[Any]:
-        self.dashboard = DashboardScreen()
+        self.dashboard = DashboardScreen(self)
         return self.dashboard
 
     def on_mount(self) -> None:
@@ -233,7 +233,12 @@ class DashboardApp(Lifecycle):
         ]
 
     def action_nccl(self) -> None:
-        self.push_screen(NcclScreen())
+        self.push_screen(NcclScreen(self), self._show_view)
+
+    def _show_view(self, view: ViewSpec | None) -> None:
+        """A view a screen picked (``dismiss``), shown in the main screen's log pane."""
+        if view is not None:
+            self.dashboard.log_pane.set_view(view)
 
     def action_diagnosis(self) -> None:
         handle = self.controller

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import TYPE_CHECKING, cast
 
 from textual import work
 from textual.app import ComposeResult
@@ -21,7 +20,7 @@ from textual.screen import Screen
 from textual.widgets import Footer
 
 from ddptui.chart.rows import store_chart
-from ddptui.engine.client import EngineError
+from ddptui.engine.wire import EngineError
 from ddptui.events import Failure, NodeStatus
 from ddptui.store.health import assess
 from ddptui.store.store import Store
@@ -34,6 +33,7 @@ from ddptui.tui.notices import (
     node_change_notices,
     stall_notices,
 )
+from ddptui.tui.ports import DashboardOwner
 from ddptui.tui.state import LayoutMode
 from ddptui.tui.views import ViewKind, ViewSpec
 from ddptui.tui.widgets.log_pane import LogPane
@@ -42,9 +42,6 @@ from ddptui.tui.widgets.log_view import LogView
 from ddptui.tui.widgets.metrics_pane import MetricsPane, metric_cycle, strips
 from ddptui.tui.widgets.nodes_table import NodesTable
 from ddptui.tui.widgets.run_header import RunHeader
-
-if TYPE_CHECKING:
-    from ddptui.tui.app import DashboardApp
 
 PUMP_HZ = 100
 TABLE_EVERY_S = 0.5
@@ -68,8 +65,10 @@ class DashboardScreen(Screen[None]):
     wide: var[bool] = var(False, init=False)
     """The terminal is wide enough for the log and the charts side by side."""
 
-    def __init__(self) -> None:
+    def __init__(self, owner: DashboardOwner) -> None:
         super().__init__()
+        #: Who owns the run this screen shows (the app): its store, handle and busy state.
+        self.owner = owner
         self._version = -1
         self._points = -1
         self._failures_seen = 0
@@ -78,11 +77,6 @@ class DashboardScreen(Screen[None]):
         self._last_table = 0.0
         self._last_chart = 0.0
         self._done_told = False
-
-    @property
-    def owner(self) -> DashboardApp:
-        """The app, which owns the run this screen shows (its store, handle, busy state)."""
-        return cast("DashboardApp", self.app)
 
     def compose(self) -> ComposeResult:
         owner = self.owner

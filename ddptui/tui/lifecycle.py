@@ -15,7 +15,7 @@ from textual.app import App
 from textual.reactive import reactive
 
 from ddptui.config import HostsConfig
-from ddptui.engine.client import EngineError
+from ddptui.engine.wire import EngineError
 from ddptui.launch.outcome import LaunchError
 from ddptui.store.runs import RunSummary
 from ddptui.store.store import Store

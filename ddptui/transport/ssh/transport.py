@@ -42,6 +42,8 @@ SFTP_TIMEOUT_S = 60.0
 class SSHTransport:
     """A node reached over SSH. One controller thread plus occasional other callers may share it."""
 
+    stop_kind = "signals"  # SIGTERM, grace, SIGKILL to the run's processes
+
     def __init__(self, node: NodeConfig, options: SSHOptions | None = None) -> None:
         self.node = node.name
         self.address = node.host  # until connect() resolves HostName

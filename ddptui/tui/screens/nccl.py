@@ -5,11 +5,14 @@ The facts come from the run's handle, which asks the engine: the controller ther
 every NCCL line of the run, where the dashboard's replica only keeps its rings. Without a
 handle that knows them (a store replayed for a test, an engine that is gone) they are built
 from the NCCL lines still in the replica's rings.
+
+``l`` picks the log's NCCL view, and the screen returns it (``dismiss``): the caller shows it
+where it shows logs, as it does with the other dialogs' answers.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from rich.text import Text
 from textual import work
@@ -20,15 +23,13 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
-from ddptui.engine.client import EngineError
+from ddptui.engine.wire import EngineError
 from ddptui.events import Level, LogLine, Source
 from ddptui.nccl import NO_LINES, NcclFacts, NcclWarning, nccl_warnings, rank_detail, table_rows
 from ddptui.nccl.facts import RankFacts
 from ddptui.store.store import Store
+from ddptui.tui.ports import NcclOwner
 from ddptui.tui.views import ViewKind, ViewSpec
-
-if TYPE_CHECKING:
-    from ddptui.tui.app import DashboardApp
 
 #: While the run is live, the facts are asked for again this often (NCCL prints most of them
 #: at init, but a job may create communicators at any time).
@@ -72,9 +73,9 @@ def rank_label(node: str, r: RankFacts) -> str:
     return f"{who} ({node})"
 
 
-class NcclScreen(ModalScreen[None]):
+class NcclScreen(ModalScreen[ViewSpec | None]):
     """Modal, so that the run keys (launch, stop) do nothing while it is up; the dashboard
-    goes on following the run beneath it."""
+    goes on following the run beneath it. Its result is the log view to show, if any."""
 
     DEFAULT_CSS = """
     NcclScreen {
@@ -122,16 +123,14 @@ class NcclScreen(ModalScreen[None]):
         Binding("tab", "app.focus_next", "Next pane", show=False),
     ]
 
-    def __init__(self) -> None:
+    def __init__(self, owner: NcclOwner) -> None:
         super().__init__()
+        #: The run's owner (the app): the store and handle the facts come from.
+        self.owner = owner
         self.facts = NcclFacts()
         self.warnings: list[NcclWarning] = []
         self._ranks: list[tuple[str, RankFacts]] = []
         self._seen: object = None
-
-    @property
-    def owner(self) -> DashboardApp:
-        return cast("DashboardApp", self.app)
 
     def compose(self) -> ComposeResult:
         yield Static("NCCL", id="nccl-title")
@@ -234,5 +233,4 @@ class NcclScreen(ModalScreen[None]):
 
     def action_nccl_lines(self) -> None:
         """The raw lines behind the facts: the log pane's NCCL view."""
-        self.dismiss(None)
-        self.owner.dashboard.log_pane.set_view(ViewSpec(ViewKind.NCCL))
+        self.dismiss(ViewSpec(ViewKind.NCCL))

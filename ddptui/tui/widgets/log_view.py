@@ -19,13 +19,12 @@ from textual.events import MouseScrollUp
 from textual.geometry import Offset, Region, Size
 from textual.message import Message
 from textual.reactive import Reactive, reactive, var
-from textual.scrollbar import ScrollBar
 from textual.strip import Strip
 from textual.widgets import Log
 
 from ddptui.events import Level
 from ddptui.tui.views import line_style, printable, wrap_line
-from ddptui.tui.widgets.scrollbar import quiet_scrollbar
+from ddptui.tui.widgets.scrollbar import WithQuietScrollbar
 
 #: Lines kept in the widget; older ones come back from the in-memory rings or from disk.
 MAX_LINES = 4000
@@ -117,7 +116,7 @@ def _offset(x: int, y: int) -> Style:
     return Style.from_meta({"offset": (x, y)})
 
 
-class LogView(Log):
+class LogView(WithQuietScrollbar, Log):
     """The log itself: lines as strings, painted per visible row (see :class:`LineStyler`)."""
 
     #: overflow-x hidden: :meth:`_update_size` never measures the lines' width.
@@ -159,10 +158,6 @@ class LogView(Log):
         self._held: deque[str] = deque(maxlen=MAX_LINES)
         self.history = 0  # lines above the rings, read from disk
         self._paint: tuple[Style, int, Offset, bool] | None = None
-
-    @property
-    def vertical_scrollbar(self) -> ScrollBar:
-        return quiet_scrollbar(self)
 
     def watch_virtual_size(self, old: Size, new: Size) -> None:
         """Lengthened past the pane before and after: only the scrollbar's window and the

@@ -20,11 +20,10 @@ from textual.geometry import Offset, Region, Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
-from textual.scrollbar import ScrollBar
 from textual.strip import Strip
 
 from ddptui.tui.node_rows import COLUMNS, Row
-from ddptui.tui.widgets.scrollbar import quiet_scrollbar
+from ddptui.tui.widgets.scrollbar import WithQuietScrollbar
 
 PAD = 1  # blank cells each side of a column
 #: Tones in the terminal's own ANSI colours, which every terminal has (16 colours included).
@@ -45,7 +44,7 @@ def _cell_meta(row: int, column: int) -> Style:
     return Style(meta={"row": row, "column": column})
 
 
-class NodesTable(ScrollView, can_focus=True):
+class NodesTable(WithQuietScrollbar, ScrollView, can_focus=True):
     BINDINGS = [
         Binding("up", "cursor(-1)", "Row up", show=False),
         Binding("down", "cursor(1)", "Row down", show=False),
@@ -139,10 +138,6 @@ class NodesTable(ScrollView, can_focus=True):
         if self.cursor_row >= len(rows):
             self.cursor_row = max(0, len(rows) - 1)
         self.refresh()
-
-    @property
-    def vertical_scrollbar(self) -> ScrollBar:
-        return quiet_scrollbar(self)
 
     @property
     def row_keys(self) -> list[str]:

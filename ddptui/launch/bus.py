@@ -1,0 +1,123 @@
+"""The run's events on their way to the store, the diagnosis's copy and the faces' listeners.
+
+One consumer thread takes what the followers, the launch phases and the watches publish, in
+order, and applies it in batches; before the consumer runs (during the launch) a publish is
+applied on the caller's thread, under a lock. Every event first passes the session's gate,
+which drops a node state the state table refuses (:mod:`ddptui.run_state`).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ddptui.events import Event
+from ddptui.launch.evidence import Evidence
+from ddptui.launch.follow import Batch, EventQueue, Finished
+from ddptui.store.store import Store
+
+#: What the faces' listeners see: every batch, in order, on the consumer thread.
+Listener = Callable[[Batch], None]
+#: Keeps the events the run's state allows (the session's node-state gate).
+Gate = Callable[[list[Event]], list[Event]]
+
+
+class EventBus:
+    """Args:
+        store: The run's store, the faces' view of it.
+        evidence: The diagnosis's own copy (the store's rings may drop lines).
+        gate: See :data:`Gate`.
+    """
+
+    def __init__(self, store: Store, evidence: Evidence, gate: Gate) -> None:
+        self.store = store
+        self.evidence = evidence
+        self.gate = gate
+        self.queue = EventQueue()
+        self.listeners: list[Listener] = []
+        self._lock = threading.Lock()
+        self._consumer: threading.Thread | None = None
+
+    @property
+    def consuming(self) -> bool:
+        return self._consumer is not None
+
+    def publish(self, batch: Batch) -> None:
+        if self._consumer is not None and self._consumer.is_alive():
+            self.queue.put(batch)
+            return
+        with self._lock:  # launch threads publish at once before the consumer runs
+            self.apply([batch])
+
+    def start(self, *, finished: Callable[[Finished], None], tick: Callable[[bool], bool],
+              applied: Callable[[], None]) -> None:
+        """Consume on a thread of its own until ``tick`` says the run is over.
+
+        Args:
+            finished: Takes a node's end, in order with its lines.
+            tick: Called at least every 0.1 s, with whether anything was applied since the
+                last call; True ends the consumer.
+            applied: Called after each applied batch of lines (saves what is due).
+        """
+        self._consumer = threading.Thread(target=self._consume, args=(finished, tick, applied),
+                                          name="ddptui-consumer", daemon=True)
+        self._consumer.start()
+
+    def join(self, timeout: float) -> None:
+        if self._consumer is not None:
+            self._consumer.join(timeout)
+
+    def _consume(self, finished: Callable[[Finished], None], tick: Callable[[bool], bool],
+                 applied: Callable[[], None]) -> None:
+        last = 0.0
+        while True:
+            try:
+                first = self.queue.get(timeout=0.1)
+            except queue.Empty:
+                if tick(False):
+                    return
+                continue
+            items = [first]
+            # At most an apply per 20 ms, so a flood is taken in batches; a line after a quiet
+            # spell goes at once (the first line of a launch, a line at a moderate rate).
+            deadline = last + 0.02
+            while len(items) < 500:
+                try:
+                    items.append(self.queue.get_nowait())
+                except queue.Empty:
+                    if time.monotonic() >= deadline:
+                        break
+                    time.sleep(0.002)
+            self.apply(items, finished)
+            applied()
+            last = time.monotonic()
+            if tick(True):
+                return
+
+    def apply(self, items: list[Batch | Finished],
+              finished: Callable[[Finished], None] | None = None) -> None:
+        """Apply ``items`` in order: lines and states to the store, the evidence and the
+        listeners; node ends to ``finished``."""
+        events: list[Any] = []
+        raw_done: dict[str, int] = {}
+        batches: list[Batch] = []
+        for item in items:
+            if isinstance(item, Finished):
+                if finished is not None:
+                    finished(item)
+                continue
+            kept = self.gate(item.events)
+            if len(kept) != len(item.events):
+                item = Batch(item.node, kept, item.raw_done)
+            batches.append(item)
+            events.extend(kept)
+            raw_done.update(item.raw_done)
+        if events or raw_done:
+            self.store.apply(events, raw_done)
+            self.evidence.add(events)
+        for batch in batches:
+            for fn in self.listeners:
+                fn(batch)

@@ -1,0 +1,187 @@
+"""The launch, phase by phase: reach every node, plan, put files in place, start.
+
+Each phase runs on every node at once and either succeeds everywhere or raises
+:class:`~ddptui.launch.ports.Abort`, after which the session undoes what earlier phases did
+on every node (:func:`undo`): a bad hosts file or a node that cannot take the run never
+leaves a half-started cluster. A phase sees only its :class:`~ddptui.launch.ports.
+LaunchContext`; the order is the session's (``Session.launch``).
+"""
+
+from __future__ import annotations
+
+from ddptui.config import NodeConfig
+from ddptui.diagnose.preflight import Mark
+from ddptui.launch import nodeops, staging
+from ddptui.launch import preflight as checks
+from ddptui.launch.outcome import LaunchError
+from ddptui.launch.plan import NodeLaunch, Plan, expand_home, make_plan
+from ddptui.launch.ports import Abort, LaunchContext
+from ddptui.launch.project import project_dirs
+from ddptui.launch.reach import map_at_once, probe
+from ddptui.run_state import NodeEvent, NodeRecord
+from ddptui.sync.walk import Walked
+from ddptui.transport.base import TransportError
+
+
+def _failed(ctx: LaunchContext, node: NodeConfig, err: Exception) -> str:
+    msg = str(err) if isinstance(err, TransportError | LaunchError) else (
+        f"node {node.name} ({node.host}): {type(err).__name__}: {err}")
+    ctx.node_update(node.name, NodeEvent.FAIL, msg.split("\n")[0])
+    return msg
+
+
+def _errors(results: list[object]) -> list[str]:
+    return [str(e) for e in results if isinstance(e, Exception)]
+
+
+def reach(ctx: LaunchContext) -> dict[str, str]:
+    """Connect to every node; node name -> its home directory. A node that cannot be reached
+    ends the launch, with what the probe says of the others (every bad node in one go)."""
+    nodes = list(ctx.config.nodes)
+    for n in nodes:
+        ctx.node_update(n.name, NodeEvent.CONNECT, "")
+
+    problems: list[str] = []
+    homes: dict[str, str] = {}
+    for node, res in zip(nodes, map_at_once(nodes, lambda n: ctx.pool.open(n).home()),
+                         strict=True):
+        if isinstance(res, str):
+            homes[node.name] = res
+        else:
+            problems.append(_failed(ctx, node, res))
+    if problems:
+        problems += _probe(ctx, [n for n in nodes if n.name in homes])[1]
+        raise Abort(problems, cleanup=False)
+    return homes
+
+
+def probe_all(ctx: LaunchContext) -> dict[str, nodeops.Probe]:
+    """Every node's interpreter and torch (:func:`ddptui.launch.reach.probe`)."""
+    probes, problems = _probe(ctx, list(ctx.config.nodes))
+    if problems:
+        raise Abort(problems, cleanup=False)
+    return probes
+
+
+def _probe(ctx: LaunchContext, nodes: list[NodeConfig]
+           ) -> tuple[dict[str, nodeops.Probe], list[str]]:
+    probes: dict[str, nodeops.Probe] = {}
+    problems: list[str] = []
+    found = map_at_once(nodes, lambda n: probe(n, ctx.pool.get(n.name)))
+    for node, res in zip(nodes, found, strict=True):
+        if isinstance(res, nodeops.Probe):
+            probes[node.name] = res
+        else:
+            problems.append(_failed(ctx, node, res))
+    return probes, problems
+
+
+def preflight(ctx: LaunchContext, probes: dict[str, nodeops.Probe]) -> None:
+    """The fast preflight over the open connections (``launch/preflight.py``): a run that
+    would fail or hang at its rendezvous is not started."""
+    outcome = checks.before_launch(ctx.config, ctx.pool.all(), probes)
+    verdict = outcome.verdict
+    ctx.record.update(preflight={"seconds": round(outcome.seconds, 3), "ok": verdict.ok,
+                                 "problems": verdict.problems})
+    if verdict.ok:
+        return
+    failed: dict[str, list[str]] = {}
+    for r in verdict.results:
+        if r.mark == Mark.FAIL:
+            failed.setdefault(r.node, []).append(r.check)
+    for node, checks_failed in failed.items():
+        ctx.node_update(node, NodeEvent.FAIL, f"preflight: {', '.join(checks_failed)}")
+    raise Abort([*verdict.problems, "preflight found the problems above, so the job was not "
+                 "started" + (" (torchrun, waiting for the checks on every node, was stopped)"
+                              if ctx.started() else "") + "; `ddptui check HOSTS` shows every "
+                 "check, `--no-preflight` launches anyway"], cleanup=False)
+
+
+def make_node_plans(ctx: LaunchContext, homes: dict[str, str], walked: Walked | None = None,
+                    hold_s: float | None = None) -> Plan:
+    """The pure plan, from what the nodes said; recorded in ``run.json`` before any file is
+    written, so that a launch cut short can still be found and cleaned up."""
+    cfg = ctx.config
+    first = cfg.rendezvous_node
+    rdzv_host = cfg.rendezvous.endpoint or first.addr or ctx.pool.get(first.name).address
+    workdirs = {n.name: expand_home(n.workdir, homes[n.name]) for n in cfg.nodes}
+    plan = make_plan(cfg, ctx.run_id, workdirs=workdirs, rdzv_host=rdzv_host,
+                     project_dirs=project_dirs(cfg.job, workdirs, homes, walked),
+                     hold_s=hold_s)
+    ctx.record.update(world_size=plan.world_size)
+    ctx.record.set_nodes([NodeRecord(n.node.name, n.node_rank, n.node_dir) for n in plan.nodes])
+    return plan
+
+
+def _upload(ctx: LaunchContext, node_launch: NodeLaunch) -> None:
+    name = node_launch.node.name
+    ctx.node_update(name, NodeEvent.UPLOAD, "")
+    if staging.upload(ctx.pool.get(name), node_launch, ctx.config.job):
+        ctx.new_workdirs.add(name)
+
+
+def put_files(ctx: LaunchContext, plan: Plan) -> None:
+    errs = _errors(map_at_once(list(plan.nodes), lambda n: _upload(ctx, n)))
+    if errs:
+        raise Abort(errs, cleanup=True)
+
+
+def start_all(ctx: LaunchContext, plan: Plan) -> None:
+    def start(node_launch: NodeLaunch) -> None:
+        name = node_launch.node.name
+        ctx.node_update(name, NodeEvent.START, "")
+        pgid = staging.start(ctx.pool.get(name), node_launch)
+        ctx.record.node(name, pgid=pgid)
+        ctx.node_update(name, NodeEvent.RUN, f"pgid {pgid}")
+
+    errs = _errors(map_at_once(list(plan.nodes), start))
+    if errs:
+        raise Abort(errs, cleanup=True, kill=True)
+
+
+def start_early(ctx: LaunchContext, plan: Plan) -> bool:
+    """Put every node's files in place and start its torchrun held; False (with whatever
+    was done undone) when any node could not, for the launch to go on in order."""
+    def early(node_launch: NodeLaunch) -> None:
+        _upload(ctx, node_launch)
+        name = node_launch.node.name
+        ctx.record.node(name, pgid=staging.start(ctx.pool.get(name), node_launch))
+
+    if _errors(map_at_once(list(plan.nodes), early)):
+        undo(ctx, plan, kill=True, cleanup=True)
+        for node_launch in plan.nodes:
+            ctx.record.node(node_launch.node.name, pgid=None)
+        return False
+    return True
+
+
+def release_all(ctx: LaunchContext, plan: Plan) -> None:
+    """Release every held torchrun; one whose hold ran out is started again and released."""
+    def release(node_launch: NodeLaunch) -> None:
+        name = node_launch.node.name
+        transport = ctx.pool.get(name)
+        ctx.node_update(name, NodeEvent.START, "")
+        if not staging.release(transport, node_launch):
+            restart = nodeops.restart_cmd(node_launch.node_dir)
+            ctx.record.node(name, pgid=staging.start(transport, node_launch, restart))
+            if not staging.release(transport, node_launch):
+                raise LaunchError([f"node {name}: torchrun, started again after its wait for "
+                                   "the launch ran out, could not be released"])
+        ctx.node_update(name, NodeEvent.RUN, f"pgid {ctx.record.pgid(name)}")
+
+    errs = _errors(map_at_once(list(plan.nodes), release))
+    if errs:
+        raise Abort(errs, cleanup=True, kill=True)
+
+
+def undo(ctx: LaunchContext, plan: Plan, *, kill: bool, cleanup: bool) -> None:
+    """Stop what the launch started and remove the node dirs it wrote, on every node."""
+    if kill:
+        map_at_once([n.node.name for n in plan.nodes], lambda name: ctx.stopper.stop(name, 2.0))
+    if cleanup:
+        def remove_node_dir(node_launch: NodeLaunch) -> None:
+            transport = ctx.pool.current(node_launch.node.name)
+            if transport is not None:
+                transport.run(nodeops.remove_run_cmd(
+                    node_launch.node_dir, node_launch.node.name in ctx.new_workdirs), timeout=30)
+        map_at_once(list(plan.nodes), remove_node_dir)

@@ -1,0 +1,464 @@
+"""One run, from launch (or attach) to its end: the only writer of its state.
+
+The session owns what the run is (its state and each node's, by the table in
+:mod:`ddptui.run_state`), what it has recorded (``run.json``, through one
+:class:`~ddptui.store.record.Recorder`), its connections, followers and watches. The launch
+phases (:mod:`ddptui.launch.phases`), the watches (:mod:`ddptui.launch.liveness`), the
+samplers and the stopper are handed what they need, never the session. Every stop goes
+through one :class:`~ddptui.launch.stopper.Stopper`.
+
+Faces (the dashboard's engine, the headless printer) read ``session.store``; the headless face
+also registers a listener that sees every batch, so it can print every line in order.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ddptui.config import HostsConfig
+from ddptui.config.secrets import config_masker, redact_config_dict
+from ddptui.events import Event, Level, NodeState, NodeStatus, RunStatus, ssh_line
+from ddptui.launch import attach, phases, project, torchrun_tee, withheld
+from ddptui.launch.bus import EventBus, Listener
+from ddptui.launch.evidence import Evidence
+from ddptui.launch.follow import Batch, Finished, NodeFollower, read_size, tune_gc
+from ddptui.launch.liveness import REAP_FACTOR, Reaper, Watch
+from ddptui.launch.outcome import LaunchError, RunResult, StopReport, run_end
+from ddptui.launch.plan import Plan, new_run_id
+from ddptui.launch.ports import Abort, LaunchContext, NodePool
+from ddptui.launch.reach import connect, map_at_once
+from ddptui.launch.stacks import Stacks, take
+from ddptui.launch.standby import Standby
+from ddptui.launch.stopper import Stopper, StopTarget
+from ddptui.launch.telemetry import Samplers
+from ddptui.launch.watch import HealthWatch
+from ddptui.nccl import NcclFacts
+from ddptui.nodelog import NodeLogParser
+from ddptui.run_state import END_EVENT, NodeEvent, RunEvent, RunRecord, node_next, run_next
+from ddptui.store import rundir
+from ddptui.store.owner import this_controller
+from ddptui.store.record import Recorder
+from ddptui.store.runs import state_root as resolve_state_root
+from ddptui.store.store import Store
+
+
+class Session:
+    """Args:
+        config: The hosts file, resolved.
+        state_root: Where runs are kept (``--state-dir``; default the XDG state dir).
+        run_id: The run's name (default a new one).
+        poll: Seconds between a follower's reads when its doorbell is silent.
+        record: The run's ``run.json`` when it is reopened (attach); None for a new run.
+    """
+
+    def __init__(self, config: HostsConfig, *, state_root: Path | None = None,
+                 run_id: str | None = None, poll: float = 0.2,
+                 record: RunRecord | None = None) -> None:
+        self.config = config
+        self.root = resolve_state_root(state_root)
+        self.run_id = run_id or new_run_id(datetime.now(), secrets.token_hex(2))
+        self.local_dir = rundir.run_dir(self.root, self.run_id)
+        (self.local_dir / rundir.NODES).mkdir(parents=True, exist_ok=True)
+        self.store = Store(self.local_dir)
+        self.store.set_run(run_id=self.run_id)
+        for n in config.nodes:
+            self.store.add_node(n.name, config.node_rank(n))
+        record = record or RunRecord(self.run_id, redact_config_dict(config.to_dict()))
+        record.controller = this_controller()  # for stale runs
+        self.recorder = Recorder(self.local_dir, record)
+        self._state = record.status
+        first = NodeStatus.RUNNING if record.nodes else NodeStatus.PENDING  # reopened: up
+        self._nodes = {n.name: first for n in config.nodes}
+        self._state_lock = threading.Lock()
+        self.plan: Plan | None = None
+        #: Run the fast preflight before starting anything (``--no-preflight``: False).
+        self.preflight = True
+        #: How long torchrun, started before the probe, preflight and sync, holds at most.
+        self.hold_s = torchrun_tee.HOLD_S
+        self.result: RunResult | None = None
+        self.poll = poll
+        self.masker = config_masker(config)  # secret env values, hidden in every line kept
+        self.pool = NodePool(config)
+        self.evidence = Evidence()
+        self.bus = EventBus(self.store, self.evidence, self._gate)
+        self._followers: dict[str, NodeFollower] = {}
+        self._finished: dict[str, Finished] = {}
+        self._stopping = threading.Event()
+        self._done = threading.Event()
+        self.standby = Standby()  # each node's stop program, waiting: a stop is one line
+        self.stopper = Stopper(self._stop_target, self.pool.get, self.standby, self.note)
+        self.watch = Watch(
+            followers=self._followers, finished=self._ended_nodes, stopping=self._stopping,
+            done=self._done, end_run=self.stop_nodes, drop=self.pool.drop,
+            lost_after=config.health.lost_after,
+            end_after_failure=config.health.end_after_failure)
+        self.reaper: Reaper | None = None
+        self.health = HealthWatch(config.health, self.store, self.bus.listeners,  # stalls
+                                  lambda on: self.stacks(nodes=on), self.bus.publish,
+                                  self.run_id)
+        self.samplers = Samplers()  # each node's telemetry, from start_following to the end
+
+    # The run's state: every change through the table, by this object alone.
+
+    @property
+    def state(self) -> RunStatus:
+        return self._state
+
+    def advance(self, event: RunEvent, **record: Any) -> bool:
+        """Move the run by ``event`` and record it (with ``record``'s fields) in the store
+        and ``run.json`` at once; False, changing nothing, when the table refuses it."""
+        with self._state_lock:
+            new = run_next(self._state, event)
+            if new is None:
+                return False
+            self._state = new
+        self.store.set_run(status=new, **{k: v for k, v in record.items()
+                                          if k in ("started_at", "ended_at", "exit_code")})
+        self.recorder.update(status=new, **record)
+        return True
+
+    def _gate(self, events: list[Event]) -> list[Event]:
+        """Node states the table allows (in order); every other event as it is."""
+        kept: list[Event] = []
+        with self._state_lock:
+            for ev in events:
+                if type(ev) is NodeState:
+                    event = NodeEvent.reporting(ev.status)
+                    new = None if event is None else node_next(self._nodes[ev.node], event)
+                    if new is None:
+                        continue
+                    self._nodes[ev.node] = new
+                kept.append(ev)
+        return kept
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def add_listener(self, fn: Listener) -> None:
+        """``fn`` sees every batch, in order, on the consumer thread (keep it quick)."""
+        self.bus.listeners.append(fn)
+
+    def note(self, node: str, text: str, level: Level = Level.INFO) -> None:
+        """ddptui's own line about ``node``, masked, seen by every face."""
+        self.bus.publish(Batch(node, [ssh_line(node, self.masker.text(text), time.time(),
+                                               level)], {}))
+
+    def publish(self, node: str, events: list[Event]) -> None:
+        """Events a launch phase makes (setup output), seen by every face like a node's."""
+        self.bus.publish(Batch(node, withheld.mask_lines(self.masker, events), {}))
+
+    def node_update(self, node: str, event: NodeEvent, detail: str = "") -> None:
+        """Say ``event`` happened to ``node`` (the gate drops it if the table refuses it)."""
+        self.bus.publish(Batch(node, [NodeState(node, _STATUS_AFTER[event], time.time(),
+                                                self.masker.text(detail), self.pgid(node))], {}))
+
+    def pgid(self, name: str) -> int | None:
+        return self.recorder.pgid(name)
+
+    def _ended_nodes(self) -> dict[str, NodeStatus]:
+        return {n: f.status for n, f in list(self._finished.items())}
+
+    def _stop_target(self, name: str) -> StopTarget:
+        node = self.config.node(name)
+        return StopTarget(node.python, self.run_id, self.config.node_rank(node),
+                          self.pgid(name), self.recorder.node_dir(name))
+
+    # Launch.
+
+    def _context(self) -> LaunchContext:
+        return LaunchContext(self.config, self.run_id, self.root, self.pool,
+                             self.node_update, self.publish, self.recorder, self.stopper,
+                             self.hold_s)
+
+    def launch(self) -> None:
+        """Every phase in order, all or nothing; on return every node runs torchrun and the
+        followers run.
+
+        Unless setup commands must run first, every node's torchrun is started as soon as its
+        node is reached, and holds (see :mod:`ddptui.launch.torchrun_tee`) while the probe,
+        the preflight and the code sync run: its import of torch overlaps them instead of
+        following them. Nothing it does is visible before its release, and an abort stops it
+        like any started node; if starting early fails anywhere, it is undone and the launch
+        goes on in order, where the phase at fault explains the failure.
+        """
+        ctx = self._context()
+        self.advance(RunEvent.LAUNCH, started_at=time.time())
+        try:
+            withheld.refuse_incomplete(self.config)
+            walked = project.prepare(ctx)  # a project that cannot ship is refused first
+            homes = phases.reach(ctx)
+            hold = None if self.config.job.setup else self.hold_s
+            plan = self._planned(phases.make_node_plans(ctx, homes, walked, hold))
+            early = hold is not None and phases.start_early(ctx, plan)
+            if hold is not None and not early:
+                plan = self._planned(phases.make_node_plans(ctx, homes, walked))
+            probes = phases.probe_all(ctx)
+            if self.preflight:
+                phases.preflight(ctx, probes)
+            project.check_in_place(ctx, plan)
+            project.sync_all(ctx, plan, walked)
+            if early:
+                phases.release_all(ctx, plan)
+            else:
+                phases.put_files(ctx, plan)
+                project.run_setup(ctx, plan)
+                phases.start_all(ctx, plan)
+        except Abort as e:
+            self._abort(ctx, e.problems, cleanup=e.cleanup, kill=e.kill)
+        except LaunchError as e:
+            self._abort(ctx, e.problems, cleanup=False, kill=False)
+        self.advance(RunEvent.RELEASE)
+        self.start_following({})
+
+    def _planned(self, plan: Plan) -> Plan:
+        self.plan = plan
+        self.store.set_run(world_size=plan.world_size)
+        return plan
+
+    def _abort(self, ctx: LaunchContext, problems: list[str], *, cleanup: bool,
+               kill: bool) -> None:
+        """Undo a launch on every node, then raise :class:`LaunchError`: all or nothing. A
+        node already started (early) is always stopped and its node dir removed."""
+        problems = [self.masker.text(p) for p in problems]
+        started = ctx.started()
+        kill, cleanup = kill or started, cleanup or started
+        if self.plan is not None:
+            if kill:
+                self._stopping.set()
+            phases.undo(ctx, self.plan, kill=kill, cleanup=cleanup)
+        self.pool.close_all()
+        self.store.set_run(message=problems[0])
+        self.advance(RunEvent.ABORT, error=problems, ended_at=time.time())
+        self.store.close()
+        raise LaunchError(problems)
+
+    # Following.
+
+    def start_following(self, parsers: dict[str, NodeLogParser]) -> None:
+        tune_gc()
+        self.bus.start(finished=self._node_finished, tick=self._tick, applied=self._applied)
+        for node in self.config.nodes:
+            name = node.name
+            f = NodeFollower(
+                node=name, transport=self.pool.get(name),
+                node_dir=self.recorder.node_dir(name),
+                raw_path=rundir.node_log(self.local_dir, name),
+                parser=parsers.get(name) or NodeLogParser(name), out=self.bus.queue,
+                masker=self.masker, pgid=self.pgid(name), stopping=self._stopping,
+                reconnect=lambda node=node: self.pool.open(node), poll=self.poll,
+                chunk=read_size(len(self.config.nodes)), python=node.python)
+            self._followers[name] = f
+            f.start()
+        self.watch.start()
+        self.samplers.start(self.config, self.run_id, transport=self.pool.current,
+                            node_dir=self.recorder.node_dir, pgid=self.pgid,
+                            publish=self.publish, note=self.note)
+        threading.Thread(target=map_at_once, daemon=True, name="ddptui-standby", args=(
+            [n.name for n in self.config.nodes], lambda name: self.standby.start(
+                name, self.pool.get(name), self._stop_target(name).command(None)))).start()
+
+    def _node_finished(self, item: Finished) -> None:
+        self._finished[item.node] = item
+
+    def _applied(self) -> None:
+        if self.evidence.nccl.due():
+            self.recorder.update(**self.evidence.nccl.meta())
+
+    def _tick(self, applied: bool) -> bool:
+        self.health.tick(self._stopping.is_set())
+        if len(self._finished) == len(self.config.nodes):
+            self.conclude()
+            return True
+        followers = self._followers.values()
+        return not applied and bool(followers) and all(f.halt.is_set() for f in followers)
+
+    def feed(self, items: list[Batch | Finished]) -> None:
+        """Apply ``items`` as the consumer would (replaying a recorded run)."""
+        self.bus.apply(items, self._node_finished)
+        self._applied()
+
+    def conclude(self) -> None:
+        """Every node has ended: decide how the run ended (``outcome.run_end``, the rule
+        ``ddptui logs --check`` uses too), record it, and let go of the nodes."""
+        names = [n.name for n in self.config.nodes]
+        stopping = self._stopping.is_set()
+        failures = self.store.failure_list()
+        status, code = run_end(names, {n: (f.status, f.exit_code)
+                                       for n, f in self._finished.items()}, failures,
+                               stopping=stopping, lost=bool(self.watch.lost),
+                               failed=self.watch.failed is not None)
+        stopped = status is RunStatus.STOPPED
+        found, why_not = None, None
+        if code != 0 and not stopped:  # a run a person stopped has no cause to find
+            world = self.plan.world_size if self.plan else self.recorder.get("world_size")
+            found, why_not = self.evidence.diagnose(names, world, code)
+        self.reaper = self._reap()  # before the result
+        codes = {n: f.exit_code for n, f in self._finished.items()}
+        self.result = RunResult(code, failures, codes, stopped, found)
+        if self.advance(END_EVENT[status], exit_code=code, ended_at=time.time()):
+            self.recorder.update(node_exit_codes=codes,
+                                 diagnosis=found.to_dict() if found else None,
+                                 diagnosis_error=why_not, **self.evidence.nccl.meta())
+        self.samplers.end(frozenset(n for n, f in self._finished.items()
+                                    if f.status is NodeStatus.LOST))
+        self.store.close()
+        self.standby.end()
+        self.pool.close_all()
+        self._done.set()
+
+    def _reap(self) -> Reaper | None:
+        """Start seeking the run's lost nodes, if any (the run has ended)."""
+        known = self.recorder.nodes()
+        names = [n for n, f in self._finished.items()
+                 if f.status is NodeStatus.LOST and n in known]
+        if not names:
+            return None
+        self.recorder.update(unstopped=names)
+        for n in names:  # the connection of a node given up by a stop may be blocked as well
+            self.pool.drop(n)
+        grace = self.config.job.stop_grace
+
+        def record(report: dict[str, str], pending: list[str]) -> None:
+            for name, what in report.items():
+                self.recorder.node(name, cleanup=what)
+            self.recorder.update(unstopped=pending)
+
+        reaper = Reaper(names, REAP_FACTOR * self.config.health.lost_after,
+                        run_id=self.run_id,
+                        connect=lambda name: connect(self.config.node(name), self.config),
+                        stop=lambda name, t: self.stopper.stop(name, grace, t), record=record)
+        reaper.start()
+        return reaper
+
+    def stacks(self, rank: int | None = None, nodes: list[str] | None = None) -> Stacks:
+        """The ranks' Python stacks now (:mod:`ddptui.launch.stacks`), saved in the run dir."""
+        return take(self.run_id, self.config, self.pool.all(), self.local_dir, nodes=nodes,
+                    rank=rank, mask=self.masker.text)
+
+    def wait(self, timeout: float | None = None) -> RunResult | None:
+        """The result once the run is over and ``run.json`` says so; ``None`` until then.
+        ``result`` itself is set a moment earlier (before the status is written), so a face
+        that went by it could exit with ``running`` left in ``run.json``."""
+        return self.result if self._done.wait(timeout) else None
+
+    def nccl_facts(self) -> NcclFacts:
+        """What NCCL said so far, on every node (a copy: lines go on arriving)."""
+        return self.evidence.nccl.snapshot()
+
+    # Stopping: every trigger ends in _stop_one, through the one stopper.
+
+    def _stop_one(self, name: str, grace: float) -> list[int]:
+        left = self.stopper.stop(name, grace)
+        follower = self._followers.get(name)
+        if follower is not None and not left:
+            follower.gone.set()
+        return left
+
+    def stop_nodes(self, names: list[str], why: str) -> None:
+        """Stop these nodes off this thread, because of ``why`` (the watch's failure policy
+        and lost nodes); the run goes on to its end as the followers see it."""
+        grace = self.config.job.stop_grace
+        for n in names:
+            self.node_update(n, NodeEvent.STOP, f"{why}: SIGTERM, then SIGKILL after {grace:g} s")
+
+        def stop(name: str) -> None:
+            try:
+                self._stop_one(name, grace)
+            except Exception as e:  # unreachable too: the watch will declare it lost in turn
+                self.note(name, f"could not stop node {name}: {e}", Level.ERROR)
+
+        threading.Thread(target=map_at_once, args=(names, stop), name="ddptui-end-run",
+                         daemon=True).start()
+
+    def stop(self, grace: float | None = None) -> StopReport:
+        """SIGTERM every process of the run on every node, then SIGKILL after ``grace``. A
+        run that has already ended is cleaned up, but how it ended is not rewritten."""
+        grace = self.config.job.stop_grace if grace is None else grace
+        self._stopping.set()
+        self.advance(RunEvent.STOP)
+        names = [n.name for n in self.config.nodes]
+        for n in names:
+            if n not in self._finished:
+                self.node_update(n, NodeEvent.STOP, f"SIGTERM, then SIGKILL after {grace:g} s")
+        report = StopReport()
+        for name, res in zip(names, map_at_once(names, lambda n: self._stop_one(n, grace)),
+                             strict=True):
+            if isinstance(res, Exception):
+                report.errors[name] = str(res)
+                f = self._followers.get(name)  # unreachable: it must not hold the run open
+                if f is not None and name not in self._finished:
+                    f.give_up(f"could not be reached to stop it ({res}); its processes may "
+                              "still be running there")
+            else:
+                report.leftover[name] = res
+        if self.bus.consuming:
+            self._done.wait(grace + 15)
+        else:
+            self._conclude_without_followers(report)
+        return report
+
+    def _conclude_without_followers(self, report: StopReport) -> None:
+        for n in self.config.nodes:
+            lost = n.name in report.errors  # the run's end names it; the reaper records it
+            self.node_update(n.name, NodeEvent.LOSE if lost else NodeEvent.STOPPED,
+                             "could not be reached to stop it" if lost else "stopped")
+            self._finished[n.name] = Finished(
+                n.name, NodeStatus.LOST if lost else NodeStatus.STOPPED, None)
+        if self._state.live:
+            self.conclude()
+        elif not self._done.is_set():  # ended before: record who is still unreached
+            self.recorder.update(unstopped=[n for n in self.recorder.get("unstopped") or []
+                                            if n in report.errors])
+
+    def detach(self) -> None:
+        """Stop following; the job goes on, and ``ddptui attach`` picks it up again."""
+        for f in self._followers.values():
+            f.halt.set()
+        for f in self._followers.values():
+            f.join(timeout=10)
+        self.bus.join(timeout=10)
+        self.samplers.end()  # nobody watches: a new one starts on attach
+        self.standby.end()
+        self.pool.close_all()
+        if self.recorder.has_nodes():  # run.json must not name a follower that is no more
+            self.recorder.update(controller={**this_controller(), "detached": True})
+        self.store.close()
+
+    @classmethod
+    def attach(cls, run_id: str, *, state_root: Path | None = None, poll: float = 0.2,
+               follow: bool = True) -> Session:
+        """Reopen a run from its run dir (:mod:`ddptui.launch.attach`) and, with ``follow``,
+        resume every node's log where the local copy ends."""
+        root = resolve_state_root(state_root)
+        record = attach.read_record(root, run_id)
+        session = cls(HostsConfig.from_dict(record.config), state_root=root, run_id=run_id,
+                      poll=poll, record=record)
+        session.reopen(record, follow)
+        return session
+
+    def reopen(self, record: RunRecord, follow: bool) -> None:
+        names = [n.name for n in self.config.nodes]
+        parsers = attach.replay_raw_logs(self.store, self.local_dir, names)
+        self.evidence.seed(self.store)
+        self.evidence.nccl.reread(self.local_dir, names, record.nccl)
+        self.advance(RunEvent.ATTACH)  # an ended run stays as it ended
+        self.store.set_run(run_id=self.run_id, status=self._state,
+                           started_at=record.started_at, world_size=record.world_size)
+        attach.reconnect(self.config, self.pool, self.note)
+        self.config = withheld.recover(self.config, self.pool.all(),
+                                       {n: r.run_dir for n, r in record.nodes.items()})
+        self.masker = config_masker(self.config)
+        self.recorder.write()  # run.json names this session now: the run is not stale
+        if follow:
+            self.start_following(parsers)
+
+
+#: The state a node event leads to from any state that allows it.
+_STATUS_AFTER: dict[NodeEvent, NodeStatus] = {
+    e: s for s in NodeStatus if (e := NodeEvent.reporting(s)) is not None}

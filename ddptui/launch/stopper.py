@@ -1,0 +1,100 @@
+"""The only code that stops a node: every trigger (the user's stop, an aborted launch, a lost
+node, the failure policy, the reaper, ``ddptui stop`` beside a live ddptui) comes here.
+
+How a node is stopped depends on how it was reached: a strategy named by the transport's
+``stop_kind``. Over SSH and locally it is signals: the node's stop program, waiting on
+standby (:mod:`ddptui.launch.standby`) or started afresh, SIGTERMs every process of the run
+there, waits for the grace, SIGKILLs what is left and reports what survived. A scheduler's
+transport adds its own strategy (e.g. signalling and cancelling a job step) in
+:data:`STRATEGIES`, and every trigger above uses it with no change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from ddptui.events import Level
+from ddptui.launch import nodeops
+from ddptui.launch.standby import Standby
+from ddptui.transport.base import Transport, TransportError
+
+
+@dataclass(frozen=True)
+class StopTarget:
+    """What a stop needs to know of one node's part of a run (from ``run.json``)."""
+
+    python: str
+    run_id: str
+    node_rank: int
+    pgid: int | None
+    node_dir: str
+
+    def command(self, grace: float | None) -> str:
+        """The node's stop program; ``grace`` None: on standby, reading it from stdin."""
+        return nodeops.stop_cmd(self.python, self.run_id, self.node_rank, grace, self.pgid,
+                                self.node_dir)
+
+
+class StopStrategy(Protocol):
+    def stop(self, name: str, transport: Transport, target: StopTarget, grace: float,
+             standby: Standby | None) -> nodeops.StopResult:
+        """Stop the run's processes on one node: what was found, killed and is still alive;
+        raise :class:`TransportError` when it cannot say."""
+
+
+class SignalStop:
+    """SIGTERM, grace, SIGKILL, by the node's stop program (on standby or started anew)."""
+
+    def stop(self, name: str, transport: Transport, target: StopTarget, grace: float,
+             standby: Standby | None) -> nodeops.StopResult:
+        found = standby.stop(name, transport, grace) if standby is not None else None
+        if found is not None:
+            return found
+        res = transport.run(target.command(grace), timeout=grace + 60)
+        parsed = nodeops.parse_stop(res.stdout)
+        if parsed is None:
+            raise TransportError(name, f"node {name}: the stop command failed (exit code "
+                                       f"{res.exit_code}): {res.stderr.strip()[-300:]}")
+        return parsed
+
+
+#: Stop strategies by the transports' ``stop_kind``.
+STRATEGIES: dict[str, StopStrategy] = {"signals": SignalStop()}
+
+#: ddptui's words about a node, for every face (masked by the caller).
+Note = Callable[[str, str, Level], None]
+
+
+class Stopper:
+    """Stops one node of one run, by its transport's strategy.
+
+    Args:
+        target: The node's :class:`StopTarget` (read from the run's record at stop time, so
+            a pgid recorded late is used).
+        transport: The node's open connection, reconnecting if it has none.
+        standby: The run's waiting stop programs, if it has them (a live run).
+        note: Says a kill after the grace where a person sees the run's lines.
+    """
+
+    def __init__(self, target: Callable[[str], StopTarget],
+                 transport: Callable[[str], Transport], standby: Standby | None = None,
+                 note: Note | None = None) -> None:
+        self.target = target
+        self.transport = transport
+        self.standby = standby
+        self.note = note
+
+    def stop(self, name: str, grace: float, transport: Transport | None = None
+             ) -> list[int]:
+        """Stop the run on ``name`` (through ``transport`` when given, e.g. a fresh
+        connection of the reaper's): the process ids still alive there afterwards."""
+        t = transport if transport is not None else self.transport(name)
+        strategy = STRATEGIES[t.stop_kind]
+        found = strategy.stop(name, t, self.target(name), grace,
+                              self.standby if transport is None else None)
+        if found.killed and self.note is not None:
+            self.note(name, f"{len(found.killed)} process(es) ignored SIGTERM for {grace:g} s "
+                            "and were killed", Level.WARNING)
+        return found.leftover

@@ -1,0 +1,206 @@
+"""A run's life as data: the run's and each node's states, the events that move them, and
+``run.json``'s typed record.
+
+Before this module a run's state lived in thread events, follower flags, the store's status
+and ``run.json`` strings, and which of them won depended on which thread got there first: a
+stop of a run that had already ended could rewrite how it ended, a late "running" could
+follow a node's end. Here every change is an event looked up in one table; what the table
+does not list is refused, and the session (:mod:`ddptui.launch.session`), the only writer of
+a run's state, drops it. The table is pure, so it is tested whole: every allowed move and
+every refused one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
+from typing import Any
+
+from ddptui.events import NodeStatus, RunStatus
+
+#: ``run.json``'s layout version; a reader refuses nothing, but a writer bumps this when a
+#: field changes meaning. Version 1: the layout of ddptui up to this module, plus ``schema``.
+SCHEMA = 1
+
+
+class RunEvent(StrEnum):
+    """What happens to a run as a whole."""
+
+    LAUNCH = "launch"  # ddptui starts reaching the nodes
+    RELEASE = "release"  # every node's torchrun runs the job
+    ABORT = "abort"  # the launch failed and was undone
+    ATTACH = "attach"  # a ddptui follows the run again
+    STOP = "stop"  # a stop was asked for (a key, Ctrl-C, `ddptui stop`)
+    FINISH = "finish"  # every node exited 0
+    FAIL = "fail"  # a node failed or was lost, and the run ended
+    END_STOPPED = "end-stopped"  # the run ended by a stop (here or beside)
+
+
+R = RunStatus
+RUN_TABLE: dict[tuple[RunStatus, RunEvent], RunStatus] = {
+    (R.IDLE, RunEvent.LAUNCH): R.LAUNCHING,
+    (R.LAUNCHING, RunEvent.RELEASE): R.RUNNING,
+    (R.LAUNCHING, RunEvent.ABORT): R.FAILED,
+    (R.LAUNCHING, RunEvent.STOP): R.STOPPING,
+    (R.LAUNCHING, RunEvent.ATTACH): R.RUNNING,  # its ddptui died mid-launch
+    (R.RUNNING, RunEvent.ATTACH): R.RUNNING,
+    (R.RUNNING, RunEvent.STOP): R.STOPPING,
+    (R.RUNNING, RunEvent.FINISH): R.FINISHED,
+    (R.RUNNING, RunEvent.FAIL): R.FAILED,
+    (R.RUNNING, RunEvent.END_STOPPED): R.STOPPED,
+    (R.STOPPING, RunEvent.ATTACH): R.STOPPING,
+    (R.STOPPING, RunEvent.STOP): R.STOPPING,
+    (R.STOPPING, RunEvent.ABORT): R.FAILED,  # stopped while launching: the launch is undone
+    (R.STOPPING, RunEvent.END_STOPPED): R.STOPPED,
+}
+#: The run's end, by how it ended (:func:`ddptui.launch.outcome.run_end` says which).
+END_EVENT = {R.FINISHED: RunEvent.FINISH, R.FAILED: RunEvent.FAIL,
+             R.STOPPED: RunEvent.END_STOPPED}
+
+
+class NodeEvent(StrEnum):
+    """What happens to one node's part of a run."""
+
+    CONNECT = "connect"
+    UPLOAD = "upload"  # files, the project, or progress of either
+    START = "start"  # its torchrun starts (or setup runs before it)
+    RUN = "run"  # its ranks run (again, after a restart or a reconnect)
+    RESTART = "restart"  # torchrun restarts its workers
+    EXIT = "exit"  # torchrun exited 0
+    FAIL = "fail"  # a launch phase failed there, or torchrun exited non-zero
+    STOP = "stop"  # a stop was sent there
+    STOPPED = "stopped"  # it ended by a stop
+    LOSE = "lose"  # silent too long, or unreachable for a stop
+
+    @classmethod
+    def reporting(cls, status: NodeStatus) -> NodeEvent | None:
+        """The event a report of ``status`` stands for (a follower's or a log's
+        ``NodeState``); None for ``pending``, which nothing reports."""
+        return _REPORTS.get(status)
+
+
+N = NodeStatus
+_REPORTS = {N.CONNECTING: NodeEvent.CONNECT, N.UPLOADING: NodeEvent.UPLOAD,
+            N.STARTING: NodeEvent.START, N.RUNNING: NodeEvent.RUN,
+            N.RESTARTING: NodeEvent.RESTART, N.EXITED: NodeEvent.EXIT, N.FAILED: NodeEvent.FAIL,
+            N.STOPPING: NodeEvent.STOP, N.STOPPED: NodeEvent.STOPPED, N.LOST: NodeEvent.LOSE}
+#: States a node's part may still change from; exited, failed, stopped and lost are final.
+NODE_LIVE = (N.PENDING, N.CONNECTING, N.UPLOADING, N.STARTING, N.RUNNING, N.RESTARTING,
+             N.STOPPING)
+_LAUNCHING = (N.PENDING, N.CONNECTING, N.UPLOADING, N.STARTING)
+_UP = (N.RUNNING, N.RESTARTING, N.STOPPING)  # torchrun runs there (or is being stopped)
+
+
+def _node_table() -> dict[tuple[NodeStatus, NodeEvent], NodeStatus]:
+    t: dict[tuple[NodeStatus, NodeEvent], NodeStatus] = {
+        (N.PENDING, NodeEvent.CONNECT): N.CONNECTING,
+        (N.CONNECTING, NodeEvent.UPLOAD): N.UPLOADING,
+        (N.UPLOADING, NodeEvent.UPLOAD): N.UPLOADING,
+        (N.CONNECTING, NodeEvent.START): N.STARTING,
+        (N.UPLOADING, NodeEvent.START): N.STARTING,
+        (N.STARTING, NodeEvent.START): N.STARTING,
+        (N.STARTING, NodeEvent.RUN): N.RUNNING,
+        (N.RUNNING, NodeEvent.RUN): N.RUNNING,  # reachable again, a detail changes
+        (N.RESTARTING, NodeEvent.RUN): N.RUNNING,
+        (N.RUNNING, NodeEvent.RESTART): N.RESTARTING,
+        (N.RESTARTING, NodeEvent.RESTART): N.RESTARTING,
+    }
+    for s in NODE_LIVE:
+        t[(s, NodeEvent.FAIL)] = N.FAILED
+        t[(s, NodeEvent.LOSE)] = N.LOST
+    for s in (*_LAUNCHING[1:], *_UP):
+        t[(s, NodeEvent.STOP)] = N.STOPPING
+    for s in (*_LAUNCHING[1:], *_UP):
+        t[(s, NodeEvent.STOPPED)] = N.STOPPED
+    for s in _UP:
+        t[(s, NodeEvent.EXIT)] = N.EXITED
+    return t
+
+
+NODE_TABLE = _node_table()
+
+
+def run_next(state: RunStatus, event: RunEvent) -> RunStatus | None:
+    """The run's state after ``event``; None when the table refuses it."""
+    return RUN_TABLE.get((state, event))
+
+
+def node_next(state: NodeStatus, event: NodeEvent) -> NodeStatus | None:
+    """A node's state after ``event``; None when the table refuses it."""
+    return NODE_TABLE.get((state, event))
+
+
+@dataclass
+class NodeRecord:
+    """One node in ``run.json``: enough to find and stop its part of the run without the
+    hosts file. ``run_dir`` is the node dir (the key older runs wrote)."""
+
+    name: str
+    node_rank: int
+    run_dir: str
+    pgid: int | None = None
+    cleanup: str | None = None  # what the reaper did there, in ddptui's words
+
+
+@dataclass
+class RunRecord:
+    """``run.json``, typed. Fields left None are not written, as before this record; keys
+    that other commands add (``reconciled``, ``node_files_removed``) ride in ``extra``."""
+
+    run_id: str
+    config: dict[str, Any] = field(default_factory=dict)
+    status: RunStatus = RunStatus.IDLE
+    controller: dict[str, Any] | None = None
+    nodes: dict[str, NodeRecord] = field(default_factory=dict)
+    world_size: int | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    exit_code: int | None = None
+    error: list[str] | None = None
+    preflight: dict[str, Any] | None = None
+    sync: dict[str, Any] | None = None
+    node_exit_codes: dict[str, int | None] | None = None
+    diagnosis: dict[str, Any] | None = None
+    diagnosis_error: str | None = None
+    nccl: dict[str, Any] | None = None
+    nccl_warnings: list[Any] | None = None
+    unstopped: list[str] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    #: Fields set since the record was made or read: written even when None (a reader may
+    #: count on ``"diagnosis": null`` meaning "looked, found none").
+    written: set[str] = field(default_factory=set, repr=False, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"schema": SCHEMA}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("extra", "written") or (value is None and f.name not in self.written):
+                continue
+            if f.name == "nodes":
+                value = [asdict(n) for n in value.values()]
+            out[f.name] = str(value) if f.name == "status" else value
+        return {**out, **self.extra}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunRecord:
+        known = {f.name for f in fields(cls)} - {"extra", "written"}
+        kw: dict[str, Any] = {k: v for k, v in data.items() if k in known}
+        kw["status"] = RunStatus.read(data.get("status", RunStatus.IDLE))
+        kw["nodes"] = {str(n["name"]): NodeRecord(
+            name=str(n["name"]), node_rank=int(n["node_rank"]), run_dir=str(n["run_dir"]),
+            pgid=n.get("pgid"), cleanup=n.get("cleanup")) for n in data.get("nodes", [])}
+        extra = {k: v for k, v in data.items() if k not in known and k != "schema"}
+        return cls(**kw, extra=extra, written=set(kw))
+
+    def update(self, **changes: Any) -> None:
+        """Set fields by name; an unknown name is a bug, not a new key."""
+        for name, value in changes.items():
+            if name == "status":
+                value = RunStatus(value)
+            elif name not in _FIELDS or name in ("nodes", "extra", "written", "run_id"):
+                raise KeyError(f"run.json has no field {name!r} to set")
+            setattr(self, name, value)
+            self.written.add(name)
+
+
+_FIELDS = frozenset(f.name for f in fields(RunRecord))

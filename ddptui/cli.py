@@ -264,9 +264,9 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _clean(args: argparse.Namespace) -> int:
+    from ddptui.clean.choice import DEFAULT_KEEP, Policy
+    from ddptui.clean.sweep import clean
     from ddptui.faces.clean import print_clean
-    from ddptui.launch.clean import clean
-    from ddptui.launch.clean_plan import DEFAULT_KEEP, Policy
     from ddptui.launch.outcome import LaunchError
 
     cfg = _load(args.hosts)

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
-from ddptui.events import NodeStatus, RunStatus
+from ddptui.events import Event, NodeState, NodeStatus, RunStatus
 
 #: ``run.json``'s layout version; a reader refuses nothing, but a writer bumps this when a
 #: field changes meaning. Version 1: the layout of ddptui up to this module, plus ``schema``.
@@ -204,3 +204,33 @@ class RunRecord:
 
 
 _FIELDS = frozenset(f.name for f in fields(RunRecord))
+
+
+class NodeStates:
+    """Each node's state, moved only by :data:`NODE_TABLE`: the gate every node report passes
+    before the store, the faces or the diagnosis see it. Not thread-safe: its owner locks."""
+
+    def __init__(self, names: list[str], first: NodeStatus = NodeStatus.PENDING) -> None:
+        self._by_node = dict.fromkeys(names, first)
+
+    def __getitem__(self, name: str) -> NodeStatus:
+        return self._by_node[name]
+
+    def admit(self, events: list[Event]) -> list[Event]:
+        """``events`` in order, less the node states the table refuses (a late "running"
+        after a node's end, a "restarting" while it is being stopped)."""
+        kept: list[Event] = []
+        for ev in events:
+            if type(ev) is NodeState:
+                event = NodeEvent.reporting(ev.status)
+                new = None if event is None else node_next(self._by_node[ev.node], event)
+                if new is None:
+                    continue
+                self._by_node[ev.node] = new
+            kept.append(ev)
+        return kept
+
+
+#: The state a node event leads to, from every state that allows it.
+STATUS_AFTER: dict[NodeEvent, NodeStatus] = {
+    e: s for s in NodeStatus if (e := NodeEvent.reporting(s)) is not None}

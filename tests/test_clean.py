@@ -16,8 +16,7 @@ import yaml
 from jobs import NUMBERED, ddptui, marked_pids, run_id_of, spawn_ddptui
 from test_ssh_run import hosts, wait_until
 
-from ddptui.launch import nodeops
-from ddptui.launch.clean_plan import (
+from ddptui.clean.choice import (
     CACHE_GRACE_S,
     NODE_SRC,
     LocalRun,
@@ -30,6 +29,7 @@ from ddptui.launch.clean_plan import (
     parse_scan,
     removal_request,
 )
+from ddptui.launch import nodeops
 from ddptui.launch.session import Session
 
 NOW = 1_000_000.0
@@ -302,9 +302,9 @@ def test_clean_frees_old_runs_and_caches_and_keeps_a_live_run(cluster2: Any,
 
 
 def test_the_report_says_what_each_node_freed_and_what_stayed() -> None:
+    from ddptui.clean.choice import Choice, Freed
+    from ddptui.clean.sweep import CleanReport
     from ddptui.faces.clean import human_bytes, report_lines
-    from ddptui.launch.clean import CleanReport
-    from ddptui.launch.clean_plan import Choice, Freed
 
     choice = Choice(local=["r1"], live=["r9"], kept=["r2", "r3"])
     report = CleanReport(False, Policy(keep=2, older_than_days=7), choice,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from ddptui.launch.clean import CleanReport
+from ddptui.clean.sweep import CleanReport
 
 
 def human_bytes(n: int) -> str:

@@ -31,8 +31,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
+from ddptui.config import HostsConfig
 from ddptui.events import NodeStatus
 from ddptui.launch.follow import NodeFollower
+from ddptui.launch.reach import connect
+from ddptui.launch.stopper import Stopper
+from ddptui.store.record import Recorder
 from ddptui.transport.base import Transport
 
 #: The exit code of a run that ended because a node was lost (as ssh's for a lost link).
@@ -172,3 +176,24 @@ class Reaper(threading.Thread):
             self.report[name] = (f"not reached within {self.seconds:g} s: what the run left "
                                  f"there may still run; `ddptui stop {self.run_id}` stops it "
                                  "once the node answers")
+
+
+def reap(names: list[str], config: HostsConfig, run_id: str, stopper: Stopper,
+         recorder: Recorder) -> Reaper | None:
+    """Start seeking the run's lost nodes ``names``, if any, once the run has ended; what it
+    finds goes to ``run.json`` (each node's ``cleanup``, the ``unstopped`` list)."""
+    if not names:
+        return None
+    recorder.update(unstopped=names)
+    grace = config.job.stop_grace
+
+    def record(report: dict[str, str], pending: list[str]) -> None:
+        for name, what in report.items():
+            recorder.node(name, cleanup=what)
+        recorder.update(unstopped=pending)
+
+    reaper = Reaper(names, REAP_FACTOR * config.health.lost_after, run_id=run_id,
+                    connect=lambda name: connect(config.node(name), config),
+                    stop=lambda name, t: stopper.stop(name, grace, t), record=record)
+    reaper.start()
+    return reaper

@@ -4,23 +4,56 @@ Each phase runs on every node at once and either succeeds everywhere or raises
 :class:`~ddptui.launch.ports.Abort`, after which the session undoes what earlier phases did
 on every node (:func:`undo`): a bad hosts file or a node that cannot take the run never
 leaves a half-started cluster. A phase sees only its :class:`~ddptui.launch.ports.
-LaunchContext`; the order is the session's (``Session.launch``).
+LaunchContext`; :func:`launch` calls them in order.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ddptui.config import NodeConfig
 from ddptui.diagnose.preflight import Mark
-from ddptui.launch import nodeops, staging
-from ddptui.launch import preflight as checks
+from ddptui.launch import nodeops, project, staging, withheld
+from ddptui.launch import preflight as node_checks
 from ddptui.launch.outcome import LaunchError
 from ddptui.launch.plan import NodeLaunch, Plan, expand_home, make_plan
 from ddptui.launch.ports import Abort, LaunchContext
-from ddptui.launch.project import project_dirs
 from ddptui.launch.reach import map_at_once, probe
 from ddptui.run_state import NodeEvent, NodeRecord
 from ddptui.sync.walk import Walked
 from ddptui.transport.base import TransportError
+
+
+def launch(ctx: LaunchContext, *, checks_first: bool, planned: Callable[[Plan], Plan]) -> None:
+    """Every phase in order; ``planned`` takes each plan as it is made; ``checks_first``:
+    the fast preflight (``--no-preflight``: False).
+
+    Unless setup commands must run first, every node's torchrun is started as soon as its
+    node is reached, and holds (see :mod:`ddptui.launch.torchrun_tee`) while the probe, the
+    preflight and the code sync run: its import of torch overlaps them instead of following
+    them. Nothing it does is visible before its release, and an abort stops it like any
+    started node; if starting early fails anywhere, it is undone and the launch goes on in
+    order, where the phase at fault explains the failure.
+    """
+    withheld.refuse_incomplete(ctx.config)
+    walked = project.prepare(ctx)  # a project that cannot ship is refused before any node
+    homes = reach(ctx)
+    hold = None if ctx.config.job.setup else ctx.hold_s
+    plan = planned(make_node_plans(ctx, homes, walked, hold))
+    early = hold is not None and start_early(ctx, plan)
+    if hold is not None and not early:
+        plan = planned(make_node_plans(ctx, homes, walked))
+    probes = probe_all(ctx)
+    if checks_first:
+        preflight(ctx, probes)
+    project.check_in_place(ctx, plan)
+    project.sync_all(ctx, plan, walked)
+    if early:
+        release_all(ctx, plan)
+    else:
+        put_files(ctx, plan)
+        project.run_setup(ctx, plan)
+        start_all(ctx, plan)
 
 
 def _failed(ctx: LaunchContext, node: NodeConfig, err: Exception) -> str:
@@ -79,7 +112,7 @@ def _probe(ctx: LaunchContext, nodes: list[NodeConfig]
 def preflight(ctx: LaunchContext, probes: dict[str, nodeops.Probe]) -> None:
     """The fast preflight over the open connections (``launch/preflight.py``): a run that
     would fail or hang at its rendezvous is not started."""
-    outcome = checks.before_launch(ctx.config, ctx.pool.all(), probes)
+    outcome = node_checks.before_launch(ctx.config, ctx.pool.all(), probes)
     verdict = outcome.verdict
     ctx.record.update(preflight={"seconds": round(outcome.seconds, 3), "ok": verdict.ok,
                                  "problems": verdict.problems})
@@ -106,7 +139,7 @@ def make_node_plans(ctx: LaunchContext, homes: dict[str, str], walked: Walked | 
     rdzv_host = cfg.rendezvous.endpoint or first.addr or ctx.pool.get(first.name).address
     workdirs = {n.name: expand_home(n.workdir, homes[n.name]) for n in cfg.nodes}
     plan = make_plan(cfg, ctx.run_id, workdirs=workdirs, rdzv_host=rdzv_host,
-                     project_dirs=project_dirs(cfg.job, workdirs, homes, walked),
+                     project_dirs=project.project_dirs(cfg.job, workdirs, homes, walked),
                      hold_s=hold_s)
     ctx.record.update(world_size=plan.world_size)
     ctx.record.set_nodes([NodeRecord(n.node.name, n.node_rank, n.node_dir) for n in plan.nodes])

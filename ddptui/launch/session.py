@@ -23,23 +23,31 @@ from typing import Any
 from ddptui.config import HostsConfig
 from ddptui.config.secrets import config_masker, redact_config_dict
 from ddptui.events import Event, Level, NodeState, NodeStatus, RunStatus, ssh_line
-from ddptui.launch import attach, phases, project, torchrun_tee, withheld
+from ddptui.launch import attach, phases, torchrun_tee, withheld
 from ddptui.launch.bus import EventBus, Listener
 from ddptui.launch.evidence import Evidence
 from ddptui.launch.follow import Batch, Finished, NodeFollower, read_size, tune_gc
-from ddptui.launch.liveness import REAP_FACTOR, Reaper, Watch
+from ddptui.launch.liveness import Reaper, Watch, reap
 from ddptui.launch.outcome import LaunchError, RunResult, StopReport, run_end
 from ddptui.launch.plan import Plan, new_run_id
 from ddptui.launch.ports import Abort, LaunchContext, NodePool
-from ddptui.launch.reach import connect, map_at_once
+from ddptui.launch.reach import map_at_once
 from ddptui.launch.stacks import Stacks, take
 from ddptui.launch.standby import Standby
-from ddptui.launch.stopper import Stopper, StopTarget
+from ddptui.launch.stopper import Stopper, stop_all, targets
 from ddptui.launch.telemetry import Samplers
 from ddptui.launch.watch import HealthWatch
 from ddptui.nccl import NcclFacts
 from ddptui.nodelog import NodeLogParser
-from ddptui.run_state import END_EVENT, NodeEvent, RunEvent, RunRecord, node_next, run_next
+from ddptui.run_state import (
+    END_EVENT,
+    STATUS_AFTER,
+    NodeEvent,
+    NodeStates,
+    RunEvent,
+    RunRecord,
+    run_next,
+)
 from ddptui.store import rundir
 from ddptui.store.owner import this_controller
 from ddptui.store.record import Recorder
@@ -72,8 +80,8 @@ class Session:
         record.controller = this_controller()  # for stale runs
         self.recorder = Recorder(self.local_dir, record)
         self._state = record.status
-        first = NodeStatus.RUNNING if record.nodes else NodeStatus.PENDING  # reopened: up
-        self._nodes = {n.name: first for n in config.nodes}
+        self._nodes = NodeStates([n.name for n in config.nodes], NodeStatus.RUNNING
+                                 if record.nodes else NodeStatus.PENDING)  # reopened: up
         self._state_lock = threading.Lock()
         self.plan: Plan | None = None
         #: Run the fast preflight before starting anything (``--no-preflight``: False).
@@ -91,9 +99,11 @@ class Session:
         self._stopping = threading.Event()
         self._done = threading.Event()
         self.standby = Standby()  # each node's stop program, waiting: a stop is one line
-        self.stopper = Stopper(self._stop_target, self.pool.get, self.standby, self.note)
+        self._target = targets(config, self.run_id, self.recorder.nodes)
+        self.stopper = Stopper(self._target, self.pool.get, self.standby, self.note)
         self.watch = Watch(
-            followers=self._followers, finished=self._ended_nodes, stopping=self._stopping,
+            followers=self._followers, stopping=self._stopping, finished=lambda: {
+                n: f.status for n, f in list(self._finished.items())},
             done=self._done, end_run=self.stop_nodes, drop=self.pool.drop,
             lost_after=config.health.lost_after,
             end_after_failure=config.health.end_after_failure)
@@ -104,10 +114,6 @@ class Session:
         self.samplers = Samplers()  # each node's telemetry, from start_following to the end
 
     # The run's state: every change through the table, by this object alone.
-
-    @property
-    def state(self) -> RunStatus:
-        return self._state
 
     def advance(self, event: RunEvent, **record: Any) -> bool:
         """Move the run by ``event`` and record it (with ``record``'s fields) in the store
@@ -123,18 +129,8 @@ class Session:
         return True
 
     def _gate(self, events: list[Event]) -> list[Event]:
-        """Node states the table allows (in order); every other event as it is."""
-        kept: list[Event] = []
         with self._state_lock:
-            for ev in events:
-                if type(ev) is NodeState:
-                    event = NodeEvent.reporting(ev.status)
-                    new = None if event is None else node_next(self._nodes[ev.node], event)
-                    if new is None:
-                        continue
-                    self._nodes[ev.node] = new
-                kept.append(ev)
-        return kept
+            return self._nodes.admit(events)
 
     @property
     def done(self) -> bool:
@@ -155,19 +151,11 @@ class Session:
 
     def node_update(self, node: str, event: NodeEvent, detail: str = "") -> None:
         """Say ``event`` happened to ``node`` (the gate drops it if the table refuses it)."""
-        self.bus.publish(Batch(node, [NodeState(node, _STATUS_AFTER[event], time.time(),
+        self.bus.publish(Batch(node, [NodeState(node, STATUS_AFTER[event], time.time(),
                                                 self.masker.text(detail), self.pgid(node))], {}))
 
     def pgid(self, name: str) -> int | None:
         return self.recorder.pgid(name)
-
-    def _ended_nodes(self) -> dict[str, NodeStatus]:
-        return {n: f.status for n, f in list(self._finished.items())}
-
-    def _stop_target(self, name: str) -> StopTarget:
-        node = self.config.node(name)
-        return StopTarget(node.python, self.run_id, self.config.node_rank(node),
-                          self.pgid(name), self.recorder.node_dir(name))
 
     # Launch.
 
@@ -177,38 +165,12 @@ class Session:
                              self.hold_s)
 
     def launch(self) -> None:
-        """Every phase in order, all or nothing; on return every node runs torchrun and the
-        followers run.
-
-        Unless setup commands must run first, every node's torchrun is started as soon as its
-        node is reached, and holds (see :mod:`ddptui.launch.torchrun_tee`) while the probe,
-        the preflight and the code sync run: its import of torch overlaps them instead of
-        following them. Nothing it does is visible before its release, and an abort stops it
-        like any started node; if starting early fails anywhere, it is undone and the launch
-        goes on in order, where the phase at fault explains the failure.
-        """
+        """Every phase in order (:func:`ddptui.launch.phases.launch`), all or nothing; on
+        return every node runs torchrun and the followers run."""
         ctx = self._context()
         self.advance(RunEvent.LAUNCH, started_at=time.time())
         try:
-            withheld.refuse_incomplete(self.config)
-            walked = project.prepare(ctx)  # a project that cannot ship is refused first
-            homes = phases.reach(ctx)
-            hold = None if self.config.job.setup else self.hold_s
-            plan = self._planned(phases.make_node_plans(ctx, homes, walked, hold))
-            early = hold is not None and phases.start_early(ctx, plan)
-            if hold is not None and not early:
-                plan = self._planned(phases.make_node_plans(ctx, homes, walked))
-            probes = phases.probe_all(ctx)
-            if self.preflight:
-                phases.preflight(ctx, probes)
-            project.check_in_place(ctx, plan)
-            project.sync_all(ctx, plan, walked)
-            if early:
-                phases.release_all(ctx, plan)
-            else:
-                phases.put_files(ctx, plan)
-                project.run_setup(ctx, plan)
-                phases.start_all(ctx, plan)
+            phases.launch(ctx, checks_first=self.preflight, planned=self._planned)
         except Abort as e:
             self._abort(ctx, e.problems, cleanup=e.cleanup, kill=e.kill)
         except LaunchError as e:
@@ -261,7 +223,7 @@ class Session:
                             publish=self.publish, note=self.note)
         threading.Thread(target=map_at_once, daemon=True, name="ddptui-standby", args=(
             [n.name for n in self.config.nodes], lambda name: self.standby.start(
-                name, self.pool.get(name), self._stop_target(name).command(None)))).start()
+                name, self.pool.get(name), self._target(name).command(None)))).start()
 
     def _node_finished(self, item: Finished) -> None:
         self._finished[item.node] = item
@@ -298,43 +260,23 @@ class Session:
         if code != 0 and not stopped:  # a run a person stopped has no cause to find
             world = self.plan.world_size if self.plan else self.recorder.get("world_size")
             found, why_not = self.evidence.diagnose(names, world, code)
-        self.reaper = self._reap()  # before the result
+        lost = [n for n, f in self._finished.items() if f.status is NodeStatus.LOST]
+        for n in lost:  # the connection of a node given up by a stop may be blocked as well
+            self.pool.drop(n)
+        known = self.recorder.nodes()
+        self.reaper = reap([n for n in lost if n in known], self.config, self.run_id,
+                           self.stopper, self.recorder)  # before the result
         codes = {n: f.exit_code for n, f in self._finished.items()}
         self.result = RunResult(code, failures, codes, stopped, found)
         if self.advance(END_EVENT[status], exit_code=code, ended_at=time.time()):
             self.recorder.update(node_exit_codes=codes,
                                  diagnosis=found.to_dict() if found else None,
                                  diagnosis_error=why_not, **self.evidence.nccl.meta())
-        self.samplers.end(frozenset(n for n, f in self._finished.items()
-                                    if f.status is NodeStatus.LOST))
+        self.samplers.end(frozenset(lost))
         self.store.close()
         self.standby.end()
         self.pool.close_all()
         self._done.set()
-
-    def _reap(self) -> Reaper | None:
-        """Start seeking the run's lost nodes, if any (the run has ended)."""
-        known = self.recorder.nodes()
-        names = [n for n, f in self._finished.items()
-                 if f.status is NodeStatus.LOST and n in known]
-        if not names:
-            return None
-        self.recorder.update(unstopped=names)
-        for n in names:  # the connection of a node given up by a stop may be blocked as well
-            self.pool.drop(n)
-        grace = self.config.job.stop_grace
-
-        def record(report: dict[str, str], pending: list[str]) -> None:
-            for name, what in report.items():
-                self.recorder.node(name, cleanup=what)
-            self.recorder.update(unstopped=pending)
-
-        reaper = Reaper(names, REAP_FACTOR * self.config.health.lost_after,
-                        run_id=self.run_id,
-                        connect=lambda name: connect(self.config.node(name), self.config),
-                        stop=lambda name, t: self.stopper.stop(name, grace, t), record=record)
-        reaper.start()
-        return reaper
 
     def stacks(self, rank: int | None = None, nodes: list[str] | None = None) -> Stacks:
         """The ranks' Python stacks now (:mod:`ddptui.launch.stacks`), saved in the run dir."""
@@ -386,17 +328,12 @@ class Session:
         for n in names:
             if n not in self._finished:
                 self.node_update(n, NodeEvent.STOP, f"SIGTERM, then SIGKILL after {grace:g} s")
-        report = StopReport()
-        for name, res in zip(names, map_at_once(names, lambda n: self._stop_one(n, grace)),
-                             strict=True):
-            if isinstance(res, Exception):
-                report.errors[name] = str(res)
-                f = self._followers.get(name)  # unreachable: it must not hold the run open
-                if f is not None and name not in self._finished:
-                    f.give_up(f"could not be reached to stop it ({res}); its processes may "
-                              "still be running there")
-            else:
-                report.leftover[name] = res
+        report = stop_all(names, lambda n: self._stop_one(n, grace))
+        for name, why in report.errors.items():
+            f = self._followers.get(name)  # unreachable: it must not hold the run open
+            if f is not None and name not in self._finished:
+                f.give_up(f"could not be reached to stop it ({why}); its processes may still "
+                          "be running there")
         if self.bus.consuming:
             self._done.wait(grace + 15)
         else:
@@ -443,6 +380,8 @@ class Session:
         return session
 
     def reopen(self, record: RunRecord, follow: bool) -> None:
+        """The store rebuilt from the raw copies, the nodes reconnected, their withheld
+        secrets read back, and (``follow``) following resumed where the copies end."""
         names = [n.name for n in self.config.nodes]
         parsers = attach.replay_raw_logs(self.store, self.local_dir, names)
         self.evidence.seed(self.store)
@@ -458,7 +397,3 @@ class Session:
         if follow:
             self.start_following(parsers)
 
-
-#: The state a node event leads to from any state that allows it.
-_STATUS_AFTER: dict[NodeEvent, NodeStatus] = {
-    e: s for s in NodeStatus if (e := NodeEvent.reporting(s)) is not None}

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from ddptui.config import HostsConfig
 from ddptui.launch.outcome import StopReport
-from ddptui.launch.reach import connect, map_at_once
-from ddptui.launch.stopper import Stopper, StopTarget
+from ddptui.launch.reach import connect
+from ddptui.launch.stopper import Stopper, stop_all, targets
 from ddptui.run_state import RunRecord
 from ddptui.store.owner import Owner, owner_of
 from ddptui.store.runs import read_run
@@ -38,15 +38,10 @@ def stop_beside(root: Path, run_id: str, grace: float | None) -> StopReport:
     config = HostsConfig.from_dict(record.config)
     grace = config.job.stop_grace if grace is None else grace
 
-    def target(name: str) -> StopTarget:
-        rec = record.nodes[name]
-        return StopTarget(config.node(name).python, run_id, rec.node_rank, rec.pgid,
-                          rec.run_dir)
-
     def fresh(name: str) -> Transport:
         return connect(config.node(name), config)
 
-    stopper = Stopper(target, fresh)
+    stopper = Stopper(targets(config, run_id, lambda: record.nodes), fresh)
 
     def stop_one(name: str) -> list[int]:
         transport = fresh(name)
@@ -55,12 +50,8 @@ def stop_beside(root: Path, run_id: str, grace: float | None) -> StopReport:
         finally:
             transport.close()
 
-    report = StopReport()
-    names = list(record.nodes)
-    for name, res in zip(names, map_at_once(names, stop_one), strict=True):
-        if isinstance(res, Exception):
-            report.errors[name] = (f"could not be stopped ({res}); its processes may still "
-                                   f"run there: try `ddptui stop {run_id}` again")
-        else:
-            report.leftover[name] = res
+    report = stop_all(list(record.nodes), stop_one)
+    for name, why in report.errors.items():
+        report.errors[name] = (f"could not be stopped ({why}); its processes may still run "
+                               f"there: try `ddptui stop {run_id}` again")
     return report

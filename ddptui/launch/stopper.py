@@ -11,13 +11,17 @@ transport adds its own strategy (e.g. signalling and cancelling a job step) in
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from ddptui.config import HostsConfig
 from ddptui.events import Level
 from ddptui.launch import nodeops
+from ddptui.launch.outcome import StopReport
+from ddptui.launch.reach import map_at_once
 from ddptui.launch.standby import Standby
+from ddptui.run_state import NodeRecord
 from ddptui.transport.base import Transport, TransportError
 
 
@@ -35,6 +39,17 @@ class StopTarget:
         """The node's stop program; ``grace`` None: on standby, reading it from stdin."""
         return nodeops.stop_cmd(self.python, self.run_id, self.node_rank, grace, self.pgid,
                                 self.node_dir)
+
+
+def targets(config: HostsConfig, run_id: str, nodes: Callable[[], Mapping[str, NodeRecord]]
+            ) -> Callable[[str], StopTarget]:
+    """Each node's :class:`StopTarget`, from the run's record as ``nodes`` gives it when the
+    stop comes (a pgid recorded late is used)."""
+    def target(name: str) -> StopTarget:
+        rec = nodes()[name]
+        return StopTarget(config.node(name).python, run_id, rec.node_rank, rec.pgid,
+                          rec.run_dir)
+    return target
 
 
 class StopStrategy(Protocol):
@@ -98,3 +113,15 @@ class Stopper:
             self.note(name, f"{len(found.killed)} process(es) ignored SIGTERM for {grace:g} s "
                             "and were killed", Level.WARNING)
         return found.leftover
+
+
+def stop_all(names: list[str], stop_one: Callable[[str], list[int]]) -> StopReport:
+    """``stop_one`` on every node at once: what is left on each, and why a node could not
+    be stopped (in the words of the exception that said so)."""
+    report = StopReport()
+    for name, res in zip(names, map_at_once(names, stop_one), strict=True):
+        if isinstance(res, Exception):
+            report.errors[name] = str(res)
+        else:
+            report.leftover[name] = res
+    return report

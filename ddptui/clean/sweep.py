@@ -1,7 +1,7 @@
 """``ddptui clean``: finished runs and unused code caches removed, on every node and here.
 
 Every node is reached and scanned at once; the choice is made for the whole cluster
-(:mod:`ddptui.launch.clean_plan`), then every node removes its part at once. A node that
+(:mod:`ddptui.clean.choice`), then every node removes its part at once. A node that
 cannot be reached or scanned stops the clean before anything is removed anywhere: a run that
 looks finished on the nodes that answered may still run on the one that did not.
 """
@@ -17,10 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddptui.config import HostsConfig, NodeConfig
-from ddptui.events import RunStatus
-from ddptui.launch import nodeops
-from ddptui.launch.clean_plan import (
+from ddptui.clean.choice import (
     NODE_SRC,
     Choice,
     Freed,
@@ -33,6 +30,9 @@ from ddptui.launch.clean_plan import (
     parse_scan,
     removal_request,
 )
+from ddptui.config import HostsConfig, NodeConfig
+from ddptui.events import RunStatus
+from ddptui.launch import nodeops
 from ddptui.launch.outcome import LaunchError
 from ddptui.launch.plan import expand_home
 from ddptui.launch.reach import connect, map_at_once

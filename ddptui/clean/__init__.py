@@ -1,0 +1,1 @@
+"""`ddptui clean`: which finished runs and code caches go (pure), and removing them."""

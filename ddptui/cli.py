@@ -227,7 +227,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     cfg = _load(args.hosts)
     if cfg is None:
         return USAGE_EXIT
-    ctl = Session(cfg, state_root=args.state_dir, run_id=args.run_id)
+    try:
+        ctl = Session(cfg, state_root=args.state_dir, run_id=args.run_id)
+    except LaunchError as e:
+        print(f"ddptui: the run was not started: {e}", file=sys.stderr)
+        return USAGE_EXIT
     ctl.preflight = not args.no_preflight
     ctl.add_listener(Printer(metrics=not args.no_metrics))
     print(f"ddptui: run {ctl.run_id}: {len(ctl.config.nodes)} node(s), logs in "

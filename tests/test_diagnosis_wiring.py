@@ -138,7 +138,7 @@ def test_the_run_ends_with_its_diagnosis_on_the_result_and_in_run_json(tmp_path:
     ctl = running(local_config(tmp_path))
     a = node_log("a", "gloo-value-error.log")
     b = node_log("b", "train-node1.log", t0=T0 + 1)
-    ctl.feed([Batch("a", a, {}), Batch("b", b, {}),
+    ctl.bus.apply([Batch("a", a, {}), Batch("b", b, {}),
               Finished("a", NodeStatus.FAILED, 1), Finished("b", NodeStatus.FAILED, 1)])
     ctl.conclude()
     res = ctl.result
@@ -164,7 +164,7 @@ def test_wait_gives_the_result_only_once_run_json_holds_the_status(tmp_path: Pat
         update(**kw)
 
     ctl.recorder.update = watched  # type: ignore[method-assign]
-    ctl.feed([Finished("a", NodeStatus.FAILED, 1), Finished("b", NodeStatus.EXITED, 0)])
+    ctl.bus.apply([Finished("a", NodeStatus.FAILED, 1), Finished("b", NodeStatus.EXITED, 0)])
     ctl.conclude()
     assert ctl.result is not None and seen == [None]
     assert ctl.wait(0) is ctl.result
@@ -175,7 +175,7 @@ def test_a_run_that_succeeds_has_no_diagnosis(tmp_path: Path) -> None:
     ctl = running(local_config(tmp_path))
     a = [*node_events("a", ["[ddptui 0 0] hello"]),
          NodeState("a", NodeStatus.EXITED, T0, exit_code=0)]
-    ctl.feed([Batch("a", a, {}), Finished("a", NodeStatus.EXITED, 0),
+    ctl.bus.apply([Batch("a", a, {}), Finished("a", NodeStatus.EXITED, 0),
               Finished("b", NodeStatus.EXITED, 0)])
     ctl.conclude()
     assert ctl.result == RunResult(0, [], {"a": 0, "b": 0}, False, None)

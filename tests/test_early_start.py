@@ -188,7 +188,7 @@ def test_a_launch_undone_after_the_early_start_leaves_nothing(tmp_path: Path,
     ctl = Session(load_config(local_job(tmp_path, 29743)), state_root=tmp_path / "state")
 
     def failing_sync(*args: object) -> None:
-        assert all(ctl.pgid(n) is not None for n in ("a", "b"))  # both started, held
+        assert all(ctl.recorder.pgid(n) is not None for n in ("a", "b"))  # both started, held
         raise Abort(["node b: the sync failed (a test)"], cleanup=True)
 
     monkeypatch.setattr(project, "sync_all", failing_sync)

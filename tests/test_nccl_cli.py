@@ -181,12 +181,12 @@ def test_the_run_keeps_its_facts_in_run_json_and_an_attach_reads_them_back(tmp_p
     events = {n: node_events(n, lines, dt=0.5) for n, lines in logs.items()}
     cut = {n: 1 + next(i for i, e in enumerate(ev) if "NCCL version" in getattr(e, "text", ""))
            for n, ev in events.items()}
-    ctl.feed([Batch(n, ev[:cut[n]], {}) for n, ev in events.items()])
+    ctl.bus.apply([Batch(n, ev[:cut[n]], {}) for n, ev in events.items()])
     saved = json.loads((ctl.local_dir / "run.json").read_text())
     assert saved["nccl"]["nodes"]["gpu0"]["nccl_versions"] == ["2.28.9"]  # saved while live
-    ctl.feed([Batch(n, ev[cut[n]:], {}) for n, ev in events.items()])
+    ctl.bus.apply([Batch(n, ev[cut[n]:], {}) for n, ev in events.items()])
     assert ctl.nccl_facts().nodes["gpu1"].ranks["1"].network == "Socket"
-    ctl.feed([Finished("gpu0", NodeStatus.EXITED, 0), Finished("gpu1", NodeStatus.EXITED, 0)])
+    ctl.bus.apply([Finished("gpu0", NodeStatus.EXITED, 0), Finished("gpu1", NodeStatus.EXITED, 0)])
     ctl.conclude()
     meta = json.loads((ctl.local_dir / "run.json").read_text())
     (comm,) = meta["nccl"]["nodes"]["gpu1"]["ranks"]["1"]["comms"].values()

@@ -181,7 +181,7 @@ def fed_controller(tmp: str) -> Any:
     from ddptui.launch.follow import Batch
 
     ctl = controller(Path(tmp))
-    ctl.feed([Batch(node, events, {}) for node, events in NcclRun().events.items()])
+    ctl.bus.apply([Batch(node, events, {}) for node, events in NcclRun().events.items()])
     return ctl
 
 

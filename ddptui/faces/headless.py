@@ -25,7 +25,7 @@ from ddptui.events import (
     format_metric,
 )
 from ddptui.launch.follow import Batch
-from ddptui.launch.outcome import RunResult
+from ddptui.launch.outcome import INCOMPLETE_EXIT, RunResult
 from ddptui.launch.session import Session
 from ddptui.nccl import nccl_warnings
 from ddptui.store.health import stall_texts
@@ -155,11 +155,14 @@ def run_headless(ctl: Session, out: TextIO = sys.stdout) -> int:
     if result.exit_code != 0 and not result.stopped:
         out.write(failure_report(ctl.store, result, run_id=ctl.run_id) + "\n")
     out.write(nccl_report(ctl))
-    out.write(f"ddptui: run {ctl.run_id} {ctl.store.run_info().status}, exit code "
-              f"{result.exit_code}\n")
+    code = result.exit_code
+    if result.problem:  # ddptui's own trouble here: say it last, where a person looks
+        out.write(f"ddptui: this run's record here is incomplete: {result.problem}\n")
+        code = INCOMPLETE_EXIT if code == 0 else code
+    out.write(f"ddptui: run {ctl.run_id} {ctl.store.run_info().status}, exit code {code}\n")
     out.flush()
     await_reaper(ctl, out)
-    return result.exit_code
+    return code
 
 
 #: At most this many NCCL warnings in the summary; ``ddptui nccl`` has them all.

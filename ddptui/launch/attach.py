@@ -10,17 +10,18 @@ may declare it lost); only when none can be reached does attaching fail.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ddptui.config import HostsConfig
 from ddptui.events import Level
 from ddptui.ingest import parse_chunk, split_complete
+from ddptui.launch import nodeops, torchrun_tee
 from ddptui.launch.outcome import LaunchError
 from ddptui.launch.ports import NodePool
 from ddptui.launch.reach import map_at_once
 from ddptui.nodelog import NodeLogParser
-from ddptui.run_state import RunRecord
+from ddptui.run_state import NodeRecord, RunRecord
 from ddptui.store import rundir
 from ddptui.store.runs import no_run, read_run
 from ddptui.store.store import Store
@@ -55,6 +56,37 @@ def reconnect(config: HostsConfig, pool: NodePool,
             pool.put(node.name, make_transport(node, config.ssh))  # not connected
             note(node.name, f"could not reach node {node.name} ({res}); it is lost unless it "
                             f"answers within {config.health.lost_after:g} s", Level.WARNING)
+
+
+def unreleased(pool: NodePool, nodes: Mapping[str, NodeRecord]) -> dict[str, str]:
+    """The nodes of a run caught in its launch (its ddptui died before the run was recorded
+    as running) whose torchrun was never let go, each with where it stands. A node that
+    cannot be asked is left to the watch, which declares it lost if it stays silent."""
+    def ask(name: str) -> set[str]:
+        res = pool.get(name).run(nodeops.launch_marks_cmd(nodes[name].run_dir), timeout=30)
+        return set(res.stdout.split())
+
+    names = list(nodes)
+    stands: dict[str, str] = {}
+    for name, marks in zip(names, map_at_once(names, ask), strict=True):
+        if isinstance(marks, Exception) or torchrun_tee.GO in marks:
+            continue
+        if rundir.HOLD in marks:
+            stands[name] = "its torchrun waits for the go-ahead"
+        elif torchrun_tee.EXPIRED in marks:
+            stands[name] = "its torchrun gave up waiting for the go-ahead"
+        elif rundir.PGID not in marks and rundir.EXIT_CODE not in marks:
+            stands[name] = "nothing was started there"
+    return stands
+
+
+def caught_in_launch(run_id: str, held: Mapping[str, str]) -> str:
+    """What attach says of a run it undoes because its launch was cut short."""
+    said = "; ".join(f"node {n}: {how}" for n, how in held.items())
+    return (f"run {run_id} was caught in its launch: the ddptui that launched it ended before "
+            f"it let every node go ({said}). Its checks and code sync may not have finished, "
+            "so it is not let go now: what it started was stopped and its node directories "
+            "removed on every node. Run the job again.")
 
 
 def replay_raw_logs(store: Store, run_dir: Path, nodes: list[str]) -> dict[str, NodeLogParser]:

@@ -30,12 +30,18 @@ class EventBus:
         store: The run's store, the faces' view of it.
         evidence: The diagnosis's own copy (the store's rings may drop lines).
         gate: See :data:`Gate`.
+        finished: Takes a node's end, in order with its lines.
+        applied: Called after each applied batch of lines (saves what is due).
+        fault: Told of an exception of the consumer's own; it goes on with the next batch,
+            so a bug in one batch costs that batch, not the run.
     """
 
-    def __init__(self, store: Store, evidence: Evidence, gate: Gate) -> None:
+    def __init__(self, store: Store, evidence: Evidence, gate: Gate,
+                 finished: Callable[[Finished], None], applied: Callable[[], None],
+                 fault: Callable[[Exception], None]) -> None:
         self.store = store
         self.evidence = evidence
-        self.gate = gate
+        self.gate, self.finished, self.applied, self.fault = gate, finished, applied, fault
         self.queue = EventQueue()
         self.listeners: list[Listener] = []
         self._lock = threading.Lock()
@@ -43,26 +49,20 @@ class EventBus:
 
     @property
     def consuming(self) -> bool:
-        return self._consumer is not None
+        return self._consumer is not None and self._consumer.is_alive()
 
     def publish(self, batch: Batch) -> None:
-        if self._consumer is not None and self._consumer.is_alive():
+        if self.consuming:
             self.queue.put(batch)
             return
         with self._lock:  # launch threads publish at once before the consumer runs
             self.apply([batch])
 
-    def start(self, *, finished: Callable[[Finished], None], tick: Callable[[bool], bool],
-              applied: Callable[[], None]) -> None:
-        """Consume on a thread of its own until ``tick`` says the run is over.
-
-        Args:
-            finished: Takes a node's end, in order with its lines.
-            tick: Called at least every 0.1 s, with whether anything was applied since the
-                last call; True ends the consumer.
-            applied: Called after each applied batch of lines (saves what is due).
-        """
-        self._consumer = threading.Thread(target=self._consume, args=(finished, tick, applied),
+    def start(self, tick: Callable[[bool], bool]) -> None:
+        """Consume on a thread of its own until ``tick`` says the run is over. ``tick`` is
+        called at least every 0.1 s, with whether anything was applied since the last call;
+        True ends the consumer."""
+        self._consumer = threading.Thread(target=self._consume, args=(tick,),
                                           name="ddptui-consumer", daemon=True)
         self._consumer.start()
 
@@ -70,14 +70,13 @@ class EventBus:
         if self._consumer is not None:
             self._consumer.join(timeout)
 
-    def _consume(self, finished: Callable[[Finished], None], tick: Callable[[bool], bool],
-                 applied: Callable[[], None]) -> None:
+    def _consume(self, tick: Callable[[bool], bool]) -> None:
         last = 0.0
         while True:
             try:
                 first = self.queue.get(timeout=0.1)
             except queue.Empty:
-                if tick(False):
+                if self._guarded(tick, False):
                     return
                 continue
             items = [first]
@@ -91,23 +90,29 @@ class EventBus:
                     if time.monotonic() >= deadline:
                         break
                     time.sleep(0.002)
-            self.apply(items, finished)
-            applied()
+            self._guarded(self.apply, items)
             last = time.monotonic()
-            if tick(True):
+            if self._guarded(tick, True):
                 return
 
-    def apply(self, items: list[Batch | Finished],
-              finished: Callable[[Finished], None] | None = None) -> None:
-        """Apply ``items`` in order: lines and states to the store, the evidence and the
-        listeners; node ends to ``finished``."""
+    def _guarded(self, fn: Callable[[Any], Any], arg: Any) -> Any:
+        try:
+            return fn(arg)
+        except Exception as e:
+            self.fault(e)
+            return None
+
+    def apply(self, items: list[Batch | Finished]) -> None:
+        """Apply ``items``: node ends to ``finished`` first (they cannot fail), then lines
+        and states to the store, the evidence and the listeners, in order."""
+        for item in items:
+            if isinstance(item, Finished):
+                self.finished(item)
         events: list[Any] = []
         raw_done: dict[str, int] = {}
         batches: list[Batch] = []
         for item in items:
             if isinstance(item, Finished):
-                if finished is not None:
-                    finished(item)
                 continue
             kept = self.gate(item.events)
             if len(kept) != len(item.events):
@@ -118,6 +123,7 @@ class EventBus:
         if events or raw_done:
             self.store.apply(events, raw_done)
             self.evidence.add(events)
+            self.applied()
         for batch in batches:
             for fn in self.listeners:
                 fn(batch)

@@ -173,6 +173,8 @@ class NodeFollower(threading.Thread):
         self._buf = b""
         self._status = NodeStatus.RUNNING
         self._ranks_spoke = False
+        #: Why the raw copy could not be written, once it could not (see ``Store.disk_error``).
+        self.disk_error: str | None = None
 
     def _remote(self, name: str) -> str:
         return rundir.in_node_dir(self.node_dir, name)
@@ -193,8 +195,12 @@ class NodeFollower(threading.Thread):
         raw copy, the store, the faces) holds one, and offsets stay the node's.
         """
         data = self.masker.data(data)
-        raw.write(data)
-        raw.flush()
+        if self.disk_error is None:  # a full disk: the lines go on, the copy waits for attach
+            try:
+                raw.write(data)
+                raw.flush()
+            except OSError as e:
+                self.disk_error = f"cannot write {self.raw_path}: {e.strerror or e}"
         self.offset += len(data)
         return parse_chunk(self.parser, data, time.time())
 
@@ -279,17 +285,18 @@ class NodeFollower(threading.Thread):
         return alive
 
     def run(self) -> None:
-        with open(self.raw_path, "ab") as raw:
-            try:
+        try:
+            with open(self.raw_path, "ab") as raw:
                 self._follow(raw)
-            except Exception as e:  # a bug must not vanish with the thread
-                self._emit([ssh_line(self.node, f"follower crashed: {e!r}", time.time(),
-                                     Level.ERROR)])
-                if self._claim_end():
-                    self.out.put(Finished(self.node, NodeStatus.LOST, None))
-            finally:
-                if self._bell is not None:
-                    self._bell[1].close()
+        except Exception as e:  # a bug must not vanish with the thread
+            self._emit([ssh_line(self.node, f"ddptui stopped following node {self.node}: "
+                                 f"{e!r}; `ddptui attach` follows it again", time.time(),
+                                 Level.ERROR)])
+            if self._claim_end():
+                self.out.put(Finished(self.node, NodeStatus.LOST, None))
+        finally:
+            if self._bell is not None:
+                self._bell[1].close()
 
     def _wait(self, timeout: float) -> None:
         """Until the node's log grows (its doorbell rings), ``timeout`` passes or following

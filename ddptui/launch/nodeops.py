@@ -269,6 +269,15 @@ def release_cmd(hold: str) -> str:
     return f"mv -- {shlex.quote(hold)} {shlex.quote(go)}"
 
 
+def launch_marks_cmd(node_dir: str) -> str:
+    """Which of a node dir's launch marks are there, one name a line: how far a launch cut
+    short got on that node (see ``attach.unreleased``)."""
+    names = " ".join((torchrun_tee.GO, rundir.HOLD, torchrun_tee.EXPIRED, rundir.PGID,
+                      rundir.EXIT_CODE))
+    return (f"cd {shlex.quote(node_dir)} 2>/dev/null && for f in {names}; do "
+            '[ -e "$f" ] && echo "$f"; done; true')
+
+
 def alive_cmd(pgid: int) -> str:
     """Exit 0 while any process of the group lives."""
     return f"kill -0 -{int(pgid)} 2>/dev/null"  # dash has no `--` for kill
@@ -283,11 +292,20 @@ def remove_cmd(path: str) -> str:
 NEW_WORKDIR = "ddptui: new workdir"
 
 
+#: launch_mkdir_cmd's exit code when the node dir is already there: a run of the same name
+#: used this node, and its files (its exit code above all) must be neither read nor removed.
+EXIT_RUN_EXISTS = 17
+
+
 def launch_mkdir_cmd(node_dir: str, *paths: str) -> str:
     """:func:`mkdir_cmd` of a node dir and ``paths``, saying :data:`NEW_WORKDIR` first when it
-    makes the workdir itself."""
+    makes the workdir itself. The node dir itself is made by one plain ``mkdir``, which fails
+    when it exists: two launches of one run name cannot both have it."""
+    d = shlex.quote(node_dir)
     return (f"{{ test -e {shlex.quote(_workdir_of(node_dir))} || echo {shlex.quote(NEW_WORKDIR)}"
-            f"; }} && {mkdir_cmd(node_dir, *paths)}")
+            f"; }} && {mkdir_cmd(posixpath.dirname(node_dir.rstrip('/')))} && "
+            f"{{ (umask 077 && mkdir -- {d}) 2>/dev/null || exit {EXIT_RUN_EXISTS}; }} && "
+            f"{mkdir_cmd(node_dir, *paths)}")
 
 
 def _workdir_of(node_dir: str) -> str:

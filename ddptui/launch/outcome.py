@@ -18,6 +18,9 @@ from ddptui.events import Failure, NodeStatus, RunStatus
 STOPPED_EXIT = 130
 #: The exit code of a run that ended because a node was lost (as ssh's for a lost link).
 LOST_EXIT = 255
+#: The exit code of a run that went well on its nodes but whose record here is incomplete
+#: (a full disk): EX_TEMPFAIL, as ``ddptui attach`` can fetch the rest later.
+INCOMPLETE_EXIT = 75
 
 
 def node_end(code: int | None, stop_requested: bool, expired: bool) -> tuple[NodeStatus, str]:
@@ -62,6 +65,9 @@ class RunResult:
     node_exit_codes: dict[str, int | None]
     stopped: bool
     diagnosis: Diagnosis | None = None
+    #: ddptui's own trouble during the run (a full disk here, a thread of its own that
+    #: failed), in its words: the run's record here is incomplete. None when all went well.
+    problem: str | None = None
 
 
 def run_end(names: Sequence[str], ends: Mapping[str, tuple[NodeStatus, int | None]],

@@ -35,7 +35,10 @@ def launch(ctx: LaunchContext, *, checks_first: bool, planned: Callable[[Plan], 
     started node; if starting early fails anywhere, it is undone and the launch goes on in
     order, where the phase at fault explains the failure.
     """
-    withheld.refuse_incomplete(ctx.config)
+    try:
+        withheld.refuse_incomplete(ctx.config)
+    except LaunchError as e:
+        raise Abort(e.problems, cleanup=False) from None
     walked = project.prepare(ctx)  # a project that cannot ship is refused before any node
     homes = reach(ctx)
     hold = None if ctx.config.job.setup else ctx.hold_s
@@ -149,8 +152,12 @@ def make_node_plans(ctx: LaunchContext, homes: dict[str, str], walked: Walked | 
 def _upload(ctx: LaunchContext, node_launch: NodeLaunch) -> None:
     name = node_launch.node.name
     ctx.node_update(name, NodeEvent.UPLOAD, "")
-    if staging.upload(ctx.pool.get(name), node_launch, ctx.config.job):
-        ctx.new_workdirs.add(name)
+    try:
+        if staging.upload(ctx.pool.get(name), node_launch, ctx.config.job):
+            ctx.new_workdirs.add(name)
+    except staging.RunExists:
+        ctx.not_ours.add(name)
+        raise
 
 
 def put_files(ctx: LaunchContext, plan: Plan) -> None:
@@ -180,8 +187,12 @@ def start_early(ctx: LaunchContext, plan: Plan) -> bool:
         name = node_launch.node.name
         ctx.record.node(name, pgid=staging.start(ctx.pool.get(name), node_launch))
 
-    if _errors(map_at_once(list(plan.nodes), early)):
-        undo(ctx, plan, kill=True, cleanup=True)
+    results = map_at_once(list(plan.nodes), early)
+    if ctx.not_ours:  # going on in order would meet the same: the name is taken
+        raise Abort(_errors([e for e in results if isinstance(e, staging.RunExists)]),
+                    cleanup=True, kill=True)
+    if _errors(results):
+        undo(ctx, kill=True, cleanup=True)
         for node_launch in plan.nodes:
             ctx.record.node(node_launch.node.name, pgid=None)
         return False
@@ -207,14 +218,17 @@ def release_all(ctx: LaunchContext, plan: Plan) -> None:
         raise Abort(errs, cleanup=True, kill=True)
 
 
-def undo(ctx: LaunchContext, plan: Plan, *, kill: bool, cleanup: bool) -> None:
-    """Stop what the launch started and remove the node dirs it wrote, on every node."""
+def undo(ctx: LaunchContext, *, kill: bool, cleanup: bool) -> None:
+    """Stop what the launch started and remove the node dirs it wrote (as ``run.json``
+    names them), on every node but those where a run of the same name was found: its
+    processes and files are not this launch's."""
+    dirs = {n: r.run_dir for n, r in ctx.record.nodes().items() if n not in ctx.not_ours}
     if kill:
-        map_at_once([n.node.name for n in plan.nodes], lambda name: ctx.stopper.stop(name, 2.0))
+        map_at_once(list(dirs), lambda name: ctx.stopper.stop(name, 2.0))
     if cleanup:
-        def remove_node_dir(node_launch: NodeLaunch) -> None:
-            transport = ctx.pool.current(node_launch.node.name)
+        def remove_node_dir(name: str) -> None:
+            transport = ctx.pool.current(name)
             if transport is not None:
-                transport.run(nodeops.remove_run_cmd(
-                    node_launch.node_dir, node_launch.node.name in ctx.new_workdirs), timeout=30)
-        map_at_once(list(plan.nodes), remove_node_dir)
+                transport.run(nodeops.remove_run_cmd(dirs[name], name in ctx.new_workdirs),
+                              timeout=30)
+        map_at_once(list(dirs), remove_node_dir)

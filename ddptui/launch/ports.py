@@ -106,6 +106,8 @@ class LaunchContext:
     hold_s: float | None = None
     #: Nodes whose workdir this launch made (an undone launch removes it, if empty).
     new_workdirs: set[str] = field(default_factory=set)
+    #: Nodes whose node dir a run of the same name had made: an undone launch leaves it.
+    not_ours: set[str] = field(default_factory=set)
 
     def started(self) -> bool:
         """Some node's launch.sh runs (or ran) for this launch: it has a pgid."""

@@ -26,6 +26,7 @@ from ddptui.events import Event, Level, NodeState, NodeStatus, RunStatus, ssh_li
 from ddptui.launch import attach, phases, torchrun_tee, withheld
 from ddptui.launch.bus import EventBus, Listener
 from ddptui.launch.evidence import Evidence
+from ddptui.launch.faults import OwnFaults
 from ddptui.launch.follow import Batch, Finished, NodeFollower, read_size, tune_gc
 from ddptui.launch.liveness import Reaper, Watch, reap
 from ddptui.launch.outcome import LaunchError, RunResult, StopReport, run_end
@@ -51,6 +52,7 @@ from ddptui.run_state import (
 from ddptui.store import rundir
 from ddptui.store.owner import this_controller
 from ddptui.store.record import Recorder
+from ddptui.store.runs import run_taken
 from ddptui.store.runs import state_root as resolve_state_root
 from ddptui.store.store import Store
 
@@ -71,6 +73,8 @@ class Session:
         self.root = resolve_state_root(state_root)
         self.run_id = run_id or new_run_id(datetime.now(), secrets.token_hex(2))
         self.local_dir = rundir.run_dir(self.root, self.run_id)
+        if record is None and (taken := run_taken(self.root, self.run_id)):
+            raise LaunchError([taken])
         (self.local_dir / rundir.NODES).mkdir(parents=True, exist_ok=True)
         self.store = Store(self.local_dir)
         self.store.set_run(run_id=self.run_id)
@@ -93,7 +97,9 @@ class Session:
         self.masker = config_masker(config)  # secret env values, hidden in every line kept
         self.pool = NodePool(config)
         self.evidence = Evidence()
-        self.bus = EventBus(self.store, self.evidence, self._gate)
+        self.faults = OwnFaults(self.run_id, config.nodes[0].name, self.note)
+        self.bus = EventBus(self.store, self.evidence, self._gate, self._node_finished,
+                            self._applied, lambda e: self.faults.failed("consumer", e))
         self._followers: dict[str, NodeFollower] = {}
         self._finished: dict[str, Finished] = {}
         self._stopping = threading.Event()
@@ -151,13 +157,9 @@ class Session:
 
     def node_update(self, node: str, event: NodeEvent, detail: str = "") -> None:
         """Say ``event`` happened to ``node`` (the gate drops it if the table refuses it)."""
-        self.bus.publish(Batch(node, [NodeState(node, STATUS_AFTER[event], time.time(),
-                                                self.masker.text(detail), self.pgid(node))], {}))
-
-    def pgid(self, name: str) -> int | None:
-        return self.recorder.pgid(name)
-
-    # Launch.
+        state = NodeState(node, STATUS_AFTER[event], time.time(), self.masker.text(detail),
+                          self.recorder.pgid(node))
+        self.bus.publish(Batch(node, [state], {}))
 
     def _context(self) -> LaunchContext:
         return LaunchContext(self.config, self.run_id, self.root, self.pool,
@@ -173,8 +175,6 @@ class Session:
             phases.launch(ctx, checks_first=self.preflight, planned=self._planned)
         except Abort as e:
             self._abort(ctx, e.problems, cleanup=e.cleanup, kill=e.kill)
-        except LaunchError as e:
-            self._abort(ctx, e.problems, cleanup=False, kill=False)
         self.advance(RunEvent.RELEASE)
         self.start_following({})
 
@@ -190,21 +190,19 @@ class Session:
         problems = [self.masker.text(p) for p in problems]
         started = ctx.started()
         kill, cleanup = kill or started, cleanup or started
-        if self.plan is not None:
+        if self.recorder.has_nodes():
             if kill:
                 self._stopping.set()
-            phases.undo(ctx, self.plan, kill=kill, cleanup=cleanup)
+            phases.undo(ctx, kill=kill, cleanup=cleanup)
         self.pool.close_all()
         self.store.set_run(message=problems[0])
         self.advance(RunEvent.ABORT, error=problems, ended_at=time.time())
         self.store.close()
         raise LaunchError(problems)
 
-    # Following.
-
     def start_following(self, parsers: dict[str, NodeLogParser]) -> None:
         tune_gc()
-        self.bus.start(finished=self._node_finished, tick=self._tick, applied=self._applied)
+        self.bus.start(self._tick)
         for node in self.config.nodes:
             name = node.name
             f = NodeFollower(
@@ -212,38 +210,40 @@ class Session:
                 node_dir=self.recorder.node_dir(name),
                 raw_path=rundir.node_log(self.local_dir, name),
                 parser=parsers.get(name) or NodeLogParser(name), out=self.bus.queue,
-                masker=self.masker, pgid=self.pgid(name), stopping=self._stopping,
+                masker=self.masker, pgid=self.recorder.pgid(name), stopping=self._stopping,
                 reconnect=lambda node=node: self.pool.open(node), poll=self.poll,
                 chunk=read_size(len(self.config.nodes)), python=node.python)
             self._followers[name] = f
             f.start()
         self.watch.start()
         self.samplers.start(self.config, self.run_id, transport=self.pool.current,
-                            node_dir=self.recorder.node_dir, pgid=self.pgid,
+                            node_dir=self.recorder.node_dir, pgid=self.recorder.pgid,
                             publish=self.publish, note=self.note)
         threading.Thread(target=map_at_once, daemon=True, name="ddptui-standby", args=(
             [n.name for n in self.config.nodes], lambda name: self.standby.start(
                 name, self.pool.get(name), self._target(name).command(None)))).start()
 
-    def _node_finished(self, item: Finished) -> None:
+    def _node_finished(self, item: Finished) -> None:  # on the consumer, in order
         self._finished[item.node] = item
 
     def _applied(self) -> None:
         if self.evidence.nccl.due():
             self.recorder.update(**self.evidence.nccl.meta())
+        self.faults.check(self.store.disk_error, self.recorder.error,
+                          {n: f.disk_error for n, f in self._followers.items()})
 
     def _tick(self, applied: bool) -> bool:
-        self.health.tick(self._stopping.is_set())
         if len(self._finished) == len(self.config.nodes):
-            self.conclude()
+            try:
+                self.conclude()
+            finally:  # a conclusion that failed still ends the run, its fault said
+                self.result = self.result or RunResult(1, [], {}, False,
+                                                       problem=self.faults.text())
+                self._done.set()
             return True
+        self.health.tick(self._stopping.is_set())
         followers = self._followers.values()
         return not applied and bool(followers) and all(f.halt.is_set() for f in followers)
-
-    def feed(self, items: list[Batch | Finished]) -> None:
-        """Apply ``items`` as the consumer would (replaying a recorded run)."""
-        self.bus.apply(items, self._node_finished)
-        self._applied()
 
     def conclude(self) -> None:
         """Every node has ended: decide how the run ended (``outcome.run_end``, the rule
@@ -267,7 +267,7 @@ class Session:
         self.reaper = reap([n for n in lost if n in known], self.config, self.run_id,
                            self.stopper, self.recorder)  # before the result
         codes = {n: f.exit_code for n, f in self._finished.items()}
-        self.result = RunResult(code, failures, codes, stopped, found)
+        self.result = RunResult(code, failures, codes, stopped, found, self.faults.text())
         if self.advance(END_EVENT[status], exit_code=code, ended_at=time.time()):
             self.recorder.update(node_exit_codes=codes,
                                  diagnosis=found.to_dict() if found else None,
@@ -284,9 +284,8 @@ class Session:
                     rank=rank, mask=self.masker.text)
 
     def wait(self, timeout: float | None = None) -> RunResult | None:
-        """The result once the run is over and ``run.json`` says so; ``None`` until then.
-        ``result`` itself is set a moment earlier (before the status is written), so a face
-        that went by it could exit with ``running`` left in ``run.json``."""
+        """The result once the run is over and ``run.json`` says so (``result`` is set a
+        moment before): ``None`` until then."""
         return self.result if self._done.wait(timeout) else None
 
     def nccl_facts(self) -> NcclFacts:
@@ -303,20 +302,16 @@ class Session:
         return left
 
     def stop_nodes(self, names: list[str], why: str) -> None:
-        """Stop these nodes off this thread, because of ``why`` (the watch's failure policy
-        and lost nodes); the run goes on to its end as the followers see it."""
+        """Stop these nodes off this thread, because of ``why`` (the watch's verdicts)."""
         grace = self.config.job.stop_grace
         for n in names:
             self.node_update(n, NodeEvent.STOP, f"{why}: SIGTERM, then SIGKILL after {grace:g} s")
 
-        def stop(name: str) -> None:
-            try:
-                self._stop_one(name, grace)
-            except Exception as e:  # unreachable too: the watch will declare it lost in turn
+        def stop() -> None:  # one unreachable too: the watch declares it lost in turn
+            for name, e in stop_all(names, lambda n: self._stop_one(n, grace)).errors.items():
                 self.note(name, f"could not stop node {name}: {e}", Level.ERROR)
 
-        threading.Thread(target=map_at_once, args=(names, stop), name="ddptui-end-run",
-                         daemon=True).start()
+        threading.Thread(target=stop, name="ddptui-end-run", daemon=True).start()
 
     def stop(self, grace: float | None = None) -> StopReport:
         """SIGTERM every process of the run on every node, then SIGKILL after ``grace``. A
@@ -341,12 +336,12 @@ class Session:
         return report
 
     def _conclude_without_followers(self, report: StopReport) -> None:
-        for n in self.config.nodes:
-            lost = n.name in report.errors  # the run's end names it; the reaper records it
+        for n in self.config.nodes:  # one not reached is lost; the reaper seeks it
+            lost = n.name in report.errors
             self.node_update(n.name, NodeEvent.LOSE if lost else NodeEvent.STOPPED,
                              "could not be reached to stop it" if lost else "stopped")
-            self._finished[n.name] = Finished(
-                n.name, NodeStatus.LOST if lost else NodeStatus.STOPPED, None)
+            self._finished[n.name] = Finished(n.name, STATUS_AFTER[
+                NodeEvent.LOSE if lost else NodeEvent.STOPPED], None)
         if self._state.live:
             self.conclude()
         elif not self._done.is_set():  # ended before: record who is still unreached
@@ -381,12 +376,14 @@ class Session:
 
     def reopen(self, record: RunRecord, follow: bool) -> None:
         """The store rebuilt from the raw copies, the nodes reconnected, their withheld
-        secrets read back, and (``follow``) following resumed where the copies end."""
-        names = [n.name for n in self.config.nodes]
-        parsers = attach.replay_raw_logs(self.store, self.local_dir, names)
+        secrets read back, and (``follow``) following resumed where the copies end. A run
+        its ddptui left mid-launch is let go only if every node was; else it is undone."""
+        parsers = attach.replay_raw_logs(self.store, self.local_dir, list(record.nodes))
         self.evidence.seed(self.store)
-        self.evidence.nccl.reread(self.local_dir, names, record.nccl)
-        self.advance(RunEvent.ATTACH)  # an ended run stays as it ended
+        self.evidence.nccl.reread(self.local_dir, list(record.nodes), record.nccl)
+        launching = record.status is RunStatus.LAUNCHING
+        if not launching:
+            self.advance(RunEvent.ATTACH)  # an ended run stays as it ended
         self.store.set_run(run_id=self.run_id, status=self._state,
                            started_at=record.started_at, world_size=record.world_size)
         attach.reconnect(self.config, self.pool, self.note)
@@ -394,6 +391,10 @@ class Session:
                                        {n: r.run_dir for n, r in record.nodes.items()})
         self.masker = config_masker(self.config)
         self.recorder.write()  # run.json names this session now: the run is not stale
+        if launching and follow and (held := attach.unreleased(self.pool, record.nodes)):
+            self._abort(self._context(), [attach.caught_in_launch(self.run_id, held)],
+                        cleanup=True, kill=True)
+        if launching:
+            self.advance(RunEvent.ATTACH)
         if follow:
             self.start_following(parsers)
-

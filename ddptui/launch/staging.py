@@ -41,6 +41,17 @@ def torchrun_program() -> bytes:
     return Path(torchrun_tee.__file__).read_bytes()
 
 
+class RunExists(LaunchError):
+    """The node dir was there before this launch: a run of the same name used the node."""
+
+    def __init__(self, node: str, node_dir: str) -> None:
+        super().__init__([f"node {node}: this run's name was used before: its directory "
+                          f"{node_dir} is already there. Give the run another name "
+                          "(`--run-id`), or leave it out for a new one; `ddptui clean` removes "
+                          "old runs. Nothing of that run was read or changed."])
+        self.node = node
+
+
 def upload(transport: Transport, node_launch: NodeLaunch, job: JobConfig) -> bool:
     """The node dir with everything ``launch.sh`` needs, and an empty ``node.log`` so that a
     follower that reads before torchrun writes finds the file. True when the workdir was made
@@ -49,6 +60,8 @@ def upload(transport: Transport, node_launch: NodeLaunch, job: JobConfig) -> boo
     worker_dir = rundir.in_node_dir(ndir, rundir.WORKER_PACKAGE)
     dirs = [node_launch.log_dir, *([worker_dir] if job.is_bundled_worker else [])]
     res = transport.run(nodeops.launch_mkdir_cmd(ndir, *dirs), timeout=30)
+    if res.exit_code == nodeops.EXIT_RUN_EXISTS:
+        raise RunExists(node_launch.node.name, ndir)
     if res.exit_code != 0:
         raise LaunchError([f"node {node_launch.node.name}: cannot create the run directory "
                            f"{ndir}: {res.stderr.strip()}"])

@@ -118,6 +118,12 @@ class NodeSampler(threading.Thread):
         return True
 
     def run(self) -> None:
+        try:
+            self._sample()
+        except Exception as e:  # a bug must not vanish with the thread: the run goes on
+            self.note(f"ddptui stopped reading this node's telemetry: {e!r}", Level.WARNING)
+
+    def _sample(self) -> None:
         started, failed_starts = False, 0
         while not self.halt.is_set():
             try:

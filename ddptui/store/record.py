@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ddptui.run_state import NodeRecord, RunRecord
+from ddptui.store.rundir import RUN_JSON
 from ddptui.store.runs import write_run
 
 
@@ -23,6 +24,9 @@ class Recorder:
         self.run_dir = run_dir
         self._record = record
         self._lock = threading.Lock()
+        #: Why ``run.json`` could not be written (a full disk), once it could not: the run
+        #: goes on in memory, and the faces say that its record here is behind.
+        self.error: str | None = None
 
     def update(self, **changes: Any) -> None:
         """Set fields of the record and write it."""
@@ -51,7 +55,10 @@ class Recorder:
             self._write()
 
     def _write(self) -> None:
-        write_run(self.run_dir, self._record.to_json())
+        try:
+            write_run(self.run_dir, self._record.to_json())
+        except OSError as e:
+            self.error = self.error or f"cannot write {self.run_dir / RUN_JSON}: {e.strerror}"
 
     # Reads: each a copy or an immutable value, taken under the lock.
 

@@ -44,6 +44,15 @@ def read_run(root: Path, run_id: str) -> dict[str, Any]:
     return json.loads(p.read_text())
 
 
+def run_taken(root: Path, run_id: str) -> str | None:
+    """Why a new run may not take ``run_id`` here (a run of that name is kept), or None."""
+    if not (rundir.run_dir(root, run_id) / rundir.RUN_JSON).exists():
+        return None
+    return (f"a run named {run_id} is already kept in {rundir.run_dir(root, run_id)}: give "
+            "this one another name (`--run-id`), or leave it out for a new one; nothing was "
+            "started")
+
+
 def no_run(root: Path, run_id: str, why: object = None) -> str:
     """What every command that names a run says when there is none by that name."""
     because = f" ({why})" if why else ""

@@ -10,6 +10,7 @@ across a killed controller (see :mod:`ddptui.store.mirror`).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -67,6 +68,10 @@ class Store:
         self.version = 0
         self.points = 0  # series points so far: the chart redraws only when this moved
         self._mirror = Mirror(run_dir) if run_dir is not None and mirrored else None
+        #: Why the run dir could not be written (a full disk), once it could not: from then
+        #: on lines are kept in memory only, and the mirror's checkpoint stays where it was,
+        #: so ``ddptui attach`` fetches the rest from the nodes once there is room.
+        self.disk_error: str | None = None
         self.telemetry = NodeTelemetry(run_dir if mirrored else None)  # samples, per node
 
     def add_node(self, name: str, node_rank: int) -> None:
@@ -116,7 +121,10 @@ class Store:
                     self._apply_lines(run)
                 self.version += 1
             if self._mirror is not None and mirror:
-                self._mirror.write(self.telemetry.take_out(events), raw_done or {})
+                try:
+                    self._mirror.write(self.telemetry.take_out(events), raw_done or {})
+                except OSError as e:
+                    self._stop_mirroring(e)
             if self._tap is not None:
                 self._tap(("apply", list(events)))
 
@@ -366,10 +374,19 @@ class Store:
     def node_log_path(self, node: str) -> Path | None:
         return None if self.run_dir is None else rundir.node_log(self.run_dir, node)
 
+    def _stop_mirroring(self, e: OSError) -> None:
+        self.disk_error = f"cannot write to {e.filename or self.run_dir}: {e.strerror or e}"
+        mirror, self._mirror = self._mirror, None
+        with contextlib.suppress(OSError):
+            if mirror is not None:
+                mirror.close()
+        self.telemetry.close(keep_writing=False)
+
     def close(self) -> None:
         with self._write_lock:
             if self._mirror is not None:
-                self._mirror.close()
+                with contextlib.suppress(OSError):  # a full disk: its error is said already
+                    self._mirror.close()
             self.telemetry.close()
 
     #: Kept on the store, where attach and the tests look for it.

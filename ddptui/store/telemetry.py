@@ -8,6 +8,7 @@ killed controller's last second may be missing from it, never doubled.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -64,9 +65,14 @@ class NodeTelemetry:
             self.nodes[node] = deque(samples, maxlen=self.history)
             self.samples += len(samples)
 
-    def close(self) -> None:
+    def close(self, *, keep_writing: bool = True) -> None:
+        """Close ``telemetry.jsonl``; ``keep_writing`` False: write no more samples to it
+        (its disk is full), keeping them in memory only."""
+        if not keep_writing:
+            self._path, self._new = None, []
         if self._file is not None:
-            self._file.close()
+            with contextlib.suppress(OSError):
+                self._file.close()
             self._file = None
 
 

@@ -113,7 +113,7 @@ def test_a_run_name_used_before_is_refused_here_and_on_the_nodes(cluster2: Clust
 
 def test_a_full_disk_here_is_said_the_run_ends_and_attach_fetches_the_rest_later(
         cluster2: Cluster, tmp_path: Path) -> None:
-    n = 20_000
+    n = 12_000
     path = write_job(tmp_path, hosts(cluster2, tmp_path, env={"JOB_LINES": str(n)}))
     state = tmp_path / "small"
     state.mkdir()

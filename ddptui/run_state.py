@@ -213,9 +213,6 @@ class NodeStates:
     def __init__(self, names: list[str], first: NodeStatus = NodeStatus.PENDING) -> None:
         self._by_node = dict.fromkeys(names, first)
 
-    def __getitem__(self, name: str) -> NodeStatus:
-        return self._by_node[name]
-
     def admit(self, events: list[Event]) -> list[Event]:
         """``events`` in order, less the node states the table refuses (a late "running"
         after a node's end, a "restarting" while it is being stopped)."""

@@ -13,8 +13,8 @@ declared lost for it; a run of one node is the exception, as nothing tells the t
 go on without the lost one: they would wait in a collective until its timeout (half an hour
 with gloo's default). So once a node is lost, the watch stops every node still running
 (SIGTERM, ``job.stop_grace``, SIGKILL) and the run ends as failed, exit code
-:data:`LOST_EXIT`, with the lost node as the diagnosis's cause. If the others have already
-exited, the run simply ends.
+:data:`ddptui.launch.outcome.LOST_EXIT`, with the lost node as the diagnosis's cause. If the
+others have already exited, the run simply ends.
 
 **What the lost node left running.** Its processes may well be alive behind the partition,
 holding GPUs. After the run's end a :class:`Reaper` keeps trying to reach every lost node for
@@ -39,8 +39,6 @@ from ddptui.launch.stopper import Stopper
 from ddptui.store.record import Recorder
 from ddptui.transport.base import Transport
 
-#: The exit code of a run that ended because a node was lost (as ssh's for a lost link).
-LOST_EXIT = 255
 #: After the run's end, lost nodes are sought for this many times ``lost_after``.
 REAP_FACTOR = 3
 TICK_S = 0.25
@@ -134,13 +132,14 @@ class Reaper(threading.Thread):
     Args:
         connect: A fresh connection to a node (the run's own were given up).
         stop: Stops the run on a node through the connection given: what is left there.
-        record: Saves what was done (node -> words) and the nodes not reached yet.
+        record: Saves what was done on a node reached (node, words) and the nodes not
+            reached yet.
     """
 
     def __init__(self, names: list[str], seconds: float, *, run_id: str,
                  connect: Callable[[str], Transport],
                  stop: Callable[[str, Transport], list[int]],
-                 record: Callable[[dict[str, str], list[str]], None],
+                 record: Callable[[str, str, list[str]], None],
                  retry: float = 1.0) -> None:
         super().__init__(name="ddptui-reaper", daemon=True)
         self.pending = list(names)
@@ -169,7 +168,7 @@ class Reaper(threading.Thread):
                 self.report[name] = ("reached again; nothing of the run is left there"
                                      if not left else
                                      f"reached again, but processes {left} are still alive")
-                self.record(dict(self.report), list(self.pending))
+                self.record(name, self.report[name], list(self.pending))
             if time.monotonic() >= end or self.cancel.wait(self.retry):
                 break
         for name in self.pending:
@@ -187,9 +186,8 @@ def reap(names: list[str], config: HostsConfig, run_id: str, stopper: Stopper,
     recorder.update(unstopped=names)
     grace = config.job.stop_grace
 
-    def record(report: dict[str, str], pending: list[str]) -> None:
-        for name, what in report.items():
-            recorder.node(name, cleanup=what)
+    def record(name: str, what: str, pending: list[str]) -> None:
+        recorder.node(name, cleanup=what)
         recorder.update(unstopped=pending)
 
     reaper = Reaper(names, REAP_FACTOR * config.health.lost_after, run_id=run_id,

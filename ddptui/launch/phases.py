@@ -17,7 +17,7 @@ from ddptui.launch import nodeops, project, staging, withheld
 from ddptui.launch import preflight as node_checks
 from ddptui.launch.outcome import LaunchError
 from ddptui.launch.plan import NodeLaunch, Plan, expand_home, make_plan
-from ddptui.launch.ports import Abort, LaunchContext
+from ddptui.launch.ports import Abort, LaunchContext, on_every_node
 from ddptui.launch.reach import map_at_once, probe
 from ddptui.run_state import NodeEvent, NodeRecord
 from ddptui.sync.walk import Walked
@@ -64,10 +64,6 @@ def _failed(ctx: LaunchContext, node: NodeConfig, err: Exception) -> str:
         f"node {node.name} ({node.host}): {type(err).__name__}: {err}")
     ctx.node_update(node.name, NodeEvent.FAIL, msg.split("\n")[0])
     return msg
-
-
-def _errors(results: list[object]) -> list[str]:
-    return [str(e) for e in results if isinstance(e, Exception)]
 
 
 def reach(ctx: LaunchContext) -> dict[str, str]:
@@ -161,9 +157,7 @@ def _upload(ctx: LaunchContext, node_launch: NodeLaunch) -> None:
 
 
 def put_files(ctx: LaunchContext, plan: Plan) -> None:
-    errs = _errors(map_at_once(list(plan.nodes), lambda n: _upload(ctx, n)))
-    if errs:
-        raise Abort(errs, cleanup=True)
+    on_every_node(plan, lambda n: _upload(ctx, n), cleanup=True)
 
 
 def start_all(ctx: LaunchContext, plan: Plan) -> None:
@@ -174,9 +168,7 @@ def start_all(ctx: LaunchContext, plan: Plan) -> None:
         ctx.record.node(name, pgid=pgid)
         ctx.node_update(name, NodeEvent.RUN, f"pgid {pgid}")
 
-    errs = _errors(map_at_once(list(plan.nodes), start))
-    if errs:
-        raise Abort(errs, cleanup=True, kill=True)
+    on_every_node(plan, start, cleanup=True, kill=True)
 
 
 def start_early(ctx: LaunchContext, plan: Plan) -> bool:
@@ -189,9 +181,9 @@ def start_early(ctx: LaunchContext, plan: Plan) -> bool:
 
     results = map_at_once(list(plan.nodes), early)
     if ctx.not_ours:  # going on in order would meet the same: the name is taken
-        raise Abort(_errors([e for e in results if isinstance(e, staging.RunExists)]),
+        raise Abort([str(e) for e in results if isinstance(e, staging.RunExists)],
                     cleanup=True, kill=True)
-    if _errors(results):
+    if any(isinstance(e, Exception) for e in results):
         undo(ctx, kill=True, cleanup=True)
         for node_launch in plan.nodes:
             ctx.record.node(node_launch.node.name, pgid=None)
@@ -213,9 +205,7 @@ def release_all(ctx: LaunchContext, plan: Plan) -> None:
                                    "the launch ran out, could not be released"])
         ctx.node_update(name, NodeEvent.RUN, f"pgid {ctx.record.pgid(name)}")
 
-    errs = _errors(map_at_once(list(plan.nodes), release))
-    if errs:
-        raise Abort(errs, cleanup=True, kill=True)
+    on_every_node(plan, release, cleanup=True, kill=True)
 
 
 def undo(ctx: LaunchContext, *, kill: bool, cleanup: bool) -> None:

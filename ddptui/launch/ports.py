@@ -18,7 +18,8 @@ from pathlib import Path
 
 from ddptui.config import HostsConfig, NodeConfig
 from ddptui.events import Event
-from ddptui.launch.reach import connect
+from ddptui.launch.plan import NodeLaunch, Plan
+from ddptui.launch.reach import connect, map_at_once
 from ddptui.launch.stopper import Stopper
 from ddptui.run_state import NodeEvent
 from ddptui.store.record import Recorder
@@ -34,6 +35,15 @@ class Abort(Exception):
         self.problems = problems
         self.cleanup = cleanup
         self.kill = kill
+
+
+def on_every_node(plan: Plan, fn: Callable[[NodeLaunch], object], *, cleanup: bool,
+                  kill: bool = False) -> None:
+    """``fn`` on every node of ``plan`` at once; any node's failure ends the launch with
+    every node's error (an :class:`Abort` with ``cleanup`` and ``kill``)."""
+    errs = [str(e) for e in map_at_once(list(plan.nodes), fn) if isinstance(e, Exception)]
+    if errs:
+        raise Abort(errs, cleanup=cleanup, kill=kill)
 
 
 class NodePool:

@@ -19,8 +19,7 @@ from ddptui.config.model import JobConfig
 from ddptui.events import Level, LogLine, Source
 from ddptui.launch import nodeops
 from ddptui.launch.plan import NodeLaunch, Plan, expand_home, module_paths, script_in_project
-from ddptui.launch.ports import Abort, LaunchContext
-from ddptui.launch.reach import map_at_once
+from ddptui.launch.ports import Abort, LaunchContext, on_every_node
 from ddptui.run_state import NodeEvent
 from ddptui.store import rundir
 from ddptui.sync.push import Plans, sync_node
@@ -78,13 +77,7 @@ def check_in_place(ctx: LaunchContext, plan: Plan) -> None:
                 "`job.sync: false` the project must already exist at the same path on every "
                 "node (shared storage); otherwise leave `sync` on.")
 
-    _on_every_node(plan, check, cleanup=False)
-
-
-def _on_every_node(plan: Plan, fn: Any, *, cleanup: bool) -> None:
-    errs = [str(e) for e in map_at_once(list(plan.nodes), fn) if isinstance(e, Exception)]
-    if errs:
-        raise Abort(errs, cleanup=cleanup)
+    on_every_node(plan, check, cleanup=False)
 
 
 def sync_all(ctx: LaunchContext, plan: Plan, walked: Walked | None) -> None:
@@ -109,7 +102,7 @@ def sync_all(ctx: LaunchContext, plan: Plan, walked: Walked | None) -> None:
             counts[name] = stats
             ctx.record.update(sync=dict(counts))
 
-    _on_every_node(plan, ship, cleanup=True)
+    on_every_node(plan, ship, cleanup=True)
 
 
 def run_setup(ctx: LaunchContext, plan: Plan) -> None:
@@ -144,4 +137,4 @@ def run_setup(ctx: LaunchContext, plan: Plan) -> None:
             raise ProjectError(f"node {name}: job.setup failed (exit code {res.exit_code}); "
                                f"nothing was started. Its last lines:\n{last}")
 
-    _on_every_node(plan, setup, cleanup=True)
+    on_every_node(plan, setup, cleanup=True)

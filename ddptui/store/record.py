@@ -62,11 +62,6 @@ class Recorder:
 
     # Reads: each a copy or an immutable value, taken under the lock.
 
-    @property
-    def status(self) -> Any:
-        with self._lock:
-            return self._record.status
-
     def has_nodes(self) -> bool:
         with self._lock:
             return bool(self._record.nodes)

@@ -1,8 +1,9 @@
 """Record what Lightning prints: a tiny regression, train_loss and val_loss on the bar."""
 import sys
-import torch
+
 import lightning as L
-from lightning.pytorch.callbacks import TQDMProgressBar, RichProgressBar
+import torch
+from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from torch.utils.data import DataLoader, TensorDataset
 
 

@@ -1,5 +1,6 @@
 """Record what transformers' Trainer prints: a tiny GPT-2 from a config, no download."""
 import sys
+
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 

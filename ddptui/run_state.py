@@ -165,6 +165,8 @@ class RunRecord:
     nccl: dict[str, Any] | None = None
     nccl_warnings: list[Any] | None = None
     unstopped: list[str] | None = None
+    #: The store's node, address and port, and the port's lock there (launch.reserve).
+    rendezvous: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     #: Fields set since the record was made or read: written even when None (a reader may
     #: count on ``"diagnosis": null`` meaning "looked, found none").

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from cluster import Cluster
-from jobs import ddptui, marked_pids, seqs, write_job
+from jobs import ddptui, marked_pids, seqs, spawn_ddptui, write_job
 from test_ssh_run import hosts, only_sshd_left, wait_until
 
 from ddptui.config import load_config
@@ -137,6 +137,61 @@ def test_a_full_disk_here_is_said_the_run_ends_and_attach_fetches_the_rest_later
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr
     for rank in range(4):  # every line once, the ones the full disk missed fetched again
         assert seqs(kept / "runs" / "full" / "ranks" / f"rank{rank}.log") == list(range(n))
+
+
+def two_beside(cluster2: Cluster, tmp_path: Path, rendezvous: dict[str, Any],
+               ) -> dict[str, tuple[int, str, Path]]:
+    """Two runs of their own (workdirs, lengths, names) on the same two nodes, started in the
+    same second: run name -> (exit code, output, state dir)."""
+    procs = {}
+    for name, n in (("short", 30), ("long", 90)):
+        tmp = tmp_path / name
+        tmp.mkdir()
+        path = write_job(tmp, hosts(cluster2, tmp, env={"JOB_LINES": str(n), "JOB_DELAY": "0.05"},
+                                    rendezvous=rendezvous))
+        procs[name] = (spawn_ddptui("run", str(path), "--headless", "--run-id", name,
+                                    state=tmp / "state", out=tmp / "out.txt"), tmp / "state", n)
+    out = {}
+    for name, (proc, state, _) in procs.items():
+        code = proc.wait(timeout=240)
+        out[name] = (code, (state.parent / "out.txt").read_text(), state)
+    wait_until(lambda: only_sshd_left(cluster2), 15, "every run process to be gone")
+    assert marked_pids("short") == [] and marked_pids("long") == []
+    return out
+
+
+def test_two_runs_started_together_on_the_same_nodes_each_get_a_port_and_finish(
+        cluster2: Cluster, tmp_path: Path) -> None:
+    runs = two_beside(cluster2, tmp_path, {"backend": "c10d"})  # the port left to ddptui
+    ports = set()
+    for name, n in (("short", 30), ("long", 90)):
+        code, out, state = runs[name]
+        assert code == 0, out[-3000:]
+        for rank in range(4):  # every step once: neither run shared the other's store
+            assert seqs(state / "runs" / name / "ranks" / f"rank{rank}.log") == list(range(n))
+        ports.add(json.loads((state / "runs" / name / "run.json").read_text())
+                  ["rendezvous"]["port"])
+    assert ports == {29400, 29401}
+    moved = [out for _, out, _ in runs.values() if "this run uses 29401" in out]
+    assert len(moved) == 1 and "rendezvous port 29400 is held by run " in moved[0]
+
+
+def test_a_fixed_port_another_run_holds_is_refused_naming_that_run(
+        cluster2: Cluster, tmp_path: Path) -> None:
+    runs = two_beside(cluster2, tmp_path, {"backend": "c10d", "port": 29455})
+    refused = [name for name, (code, _, _) in runs.items() if code == 2]
+    assert len(refused) == 1, {k: v[1][-2000:] for k, v in runs.items()}
+    other = "long" if refused[0] == "short" else "short"
+    code, out, state = runs[other]
+    assert code == 0, out[-3000:]
+    said = " ".join(runs[refused[0]][1].split())
+    assert "node node1: the rendezvous port 29455 on " in said, said
+    assert f"is held by run {other}, which is still running there" in said, said
+    assert f"`ddptui stop {other}`" in said
+    n = 30 if other == "short" else 90
+    for rank in range(4):
+        assert seqs(state / "runs" / other / "ranks" / f"rank{rank}.log") == list(range(n))
+    assert not list((tmp_path / refused[0]).glob(f"work-*/.ddptui/runs/{refused[0]}"))
 
 
 def local_session(tmp_path: Path, port: int) -> Session:

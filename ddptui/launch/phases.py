@@ -9,11 +9,12 @@ LaunchContext`; :func:`launch` calls them in order.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from ddptui.config import NodeConfig
 from ddptui.diagnose.preflight import Mark
-from ddptui.launch import nodeops, project, staging, withheld
+from ddptui.launch import nodeops, project, reserve, staging, withheld
 from ddptui.launch import preflight as node_checks
 from ddptui.launch.outcome import LaunchError
 from ddptui.launch.plan import NodeLaunch, Plan, expand_home, make_plan
@@ -41,11 +42,12 @@ def launch(ctx: LaunchContext, *, checks_first: bool, planned: Callable[[Plan], 
         raise Abort(e.problems, cleanup=False) from None
     walked = project.prepare(ctx)  # a project that cannot ship is refused before any node
     homes = reach(ctx)
+    store = reserve.reserve_port(ctx)
     hold = None if ctx.config.job.setup else ctx.hold_s
-    plan = planned(make_node_plans(ctx, homes, walked, hold))
+    plan = planned(make_node_plans(ctx, homes, walked, hold, store))
     early = hold is not None and start_early(ctx, plan)
     if hold is not None and not early:
-        plan = planned(make_node_plans(ctx, homes, walked))
+        plan = planned(make_node_plans(ctx, homes, walked, store=store))
     probes = probe_all(ctx)
     if checks_first:
         preflight(ctx, probes)
@@ -130,7 +132,7 @@ def preflight(ctx: LaunchContext, probes: dict[str, nodeops.Probe]) -> None:
 
 
 def make_node_plans(ctx: LaunchContext, homes: dict[str, str], walked: Walked | None = None,
-                    hold_s: float | None = None) -> Plan:
+                    hold_s: float | None = None, store: reserve.Store | None = None) -> Plan:
     """The pure plan, from what the nodes said; recorded in ``run.json`` before any file is
     written, so that a launch cut short can still be found and cleaned up."""
     cfg = ctx.config
@@ -139,7 +141,8 @@ def make_node_plans(ctx: LaunchContext, homes: dict[str, str], walked: Walked | 
     workdirs = {n.name: expand_home(n.workdir, homes[n.name]) for n in cfg.nodes}
     plan = make_plan(cfg, ctx.run_id, workdirs=workdirs, rdzv_host=rdzv_host,
                      project_dirs=project.project_dirs(cfg.job, workdirs, homes, walked),
-                     hold_s=hold_s)
+                     hold_s=hold_s, store_node=store.host_node if store else None,
+                     locks={store.lock_node: store.lock} if store else None)
     ctx.record.update(world_size=plan.world_size)
     ctx.record.set_nodes([NodeRecord(n.node.name, n.node_rank, n.node_dir) for n in plan.nodes])
     return plan
@@ -213,6 +216,7 @@ def undo(ctx: LaunchContext, *, kill: bool, cleanup: bool) -> None:
     names them), on every node but those where a run of the same name was found: its
     processes and files are not this launch's."""
     dirs = {n: r.run_dir for n, r in ctx.record.nodes().items() if n not in ctx.not_ours}
+    rdzv = ctx.record.get("rendezvous")
     if kill:
         map_at_once(list(dirs), lambda name: ctx.stopper.stop(name, 2.0))
     if cleanup:
@@ -222,3 +226,7 @@ def undo(ctx: LaunchContext, *, kill: bool, cleanup: bool) -> None:
                 transport.run(nodeops.remove_run_cmd(dirs[name], name in ctx.new_workdirs),
                               timeout=30)
         map_at_once(list(dirs), remove_node_dir)
+    transport = ctx.pool.current(rdzv["node"]) if rdzv else None
+    if rdzv and transport is not None:  # the port is free again at once, not when it ages
+        with contextlib.suppress(Exception):
+            transport.run(reserve.release_cmd(rdzv["lock"], ctx.run_id), timeout=30)

@@ -110,6 +110,8 @@ def make_plan(
     script_paths: Mapping[str, str] | None = None,
     project_dirs: Mapping[str, str] | None = None,
     hold_s: float | None = None,
+    store_node: str | None = None,
+    locks: Mapping[str, str] | None = None,
 ) -> Plan:
     """One :class:`NodeLaunch` per node, in node-rank order.
 
@@ -117,7 +119,8 @@ def make_plan(
     root there: the synced tree, or ``job.project`` run in place) and ``script_paths`` (node
     name -> the user script there; default: inside the project, else
     ``<node dir>/<script's file name>``) come from the controller because only it talks to
-    the nodes.
+    the nodes. ``store_node`` hosts the c10d store (None: none of them does); ``locks`` (node
+    name -> path) are the rendezvous port's locks that its launch.sh keeps live.
     """
     if not rundir.RUN_ID_RE.match(run_id):
         raise ValueError(f"run id must match [A-Za-z0-9._-]+, not {run_id!r}")
@@ -134,13 +137,14 @@ def make_plan(
         entry = _entry(config, node, ndir, worker_module, script_paths, project)
         argv = (
             node.python, rundir.in_node_dir(ndir, rundir.TORCHRUN),
-            *torchrun_flags(config, node, rank, run_id, ndir, rdzv_host),
+            *torchrun_flags(config, node, rank, run_id, ndir, rdzv_host, store_node),
             *entry, *config.job.args,
         )
         env = node_env(config, node, run_id, rank)
         launches.append(NodeLaunch(
             node, rank, ndir, argv, env,
-            launch_script(run_id, node.name, rank, ndir, argv, env, project, hold_s), project,
+            launch_script(run_id, node.name, rank, ndir, argv, env, project, hold_s,
+                          (locks or {}).get(node.name)), project,
             hold_s is not None))
     counts = [n.nproc_per_node for n in config.nodes if isinstance(n.nproc_per_node, int)]
     world = sum(counts) if len(counts) == len(config.nodes) else None
@@ -149,10 +153,14 @@ def make_plan(
 
 def torchrun_flags(
     config: HostsConfig, node: NodeConfig, node_rank: int, run_id: str, ndir: str,
-    rdzv_host: str,
+    rdzv_host: str, store_node: str | None = None,
 ) -> list[str]:
     """Flags as named in torch/distributed/run.py; the fixed ``--nnodes N`` keeps it
-    non-elastic, which is what a fixed hosts file means."""
+    non-elastic, which is what a fixed hosts file means.
+
+    ``is_host`` is said outright when the store's node is known: left to guess, an agent
+    that cannot bind the port (another run's store holds it) becomes a client of that store
+    instead of failing, and its run then lives and dies with the other one."""
     rdzv = config.rendezvous
     job = config.job
     flags = ["--nnodes", str(len(config.nodes)), "--nproc-per-node", str(node.nproc_per_node)]
@@ -163,6 +171,8 @@ def torchrun_flags(
             conf.append(f"last_call_timeout={rdzv.last_call_timeout}")
         if rdzv.close_timeout is not None:
             conf.append(f"close_timeout={rdzv.close_timeout}")
+        if store_node is not None:
+            conf.append(f"is_host={'true' if node.name == store_node else 'false'}")
         flags += [
             "--rdzv-backend", "c10d",
             "--rdzv-endpoint", f"{endpoint_host(rdzv_host)}:{rdzv.effective_port}",
@@ -256,6 +266,7 @@ def _comment(text: str) -> str:
 def launch_script(
     run_id: str, name: str, node_rank: int, ndir: str, argv: tuple[str, ...],
     env: Mapping[str, str], project: str | None = None, hold_s: float | None = None,
+    lock: str | None = None,
 ) -> str:
     """The POSIX sh the controller starts detached with ``setsid sh launch.sh``.
 
@@ -280,6 +291,9 @@ def launch_script(
         _comment(f"# {human}"),
         f"cd {quote(ndir)} || exit {EXIT_NO_RUN_DIR}",
         f"echo $$ > {rundir.PGID}",
+        # the rendezvous port's lock (``ddptui.launch.reserve``) lives as long as this shell
+        *([f"[ -d {quote(lock)} ] && echo $$ > {quote(posixpath.join(lock, rundir.LOCK_PID))}"]
+          if lock else []),
         *(f"export {key}={quote(env[key])}" for key in sorted(env)),
     ]
     command = " ".join(quote(a) for a in argv)

@@ -173,6 +173,7 @@ class Session:
         self.advance(RunEvent.LAUNCH, started_at=time.time())
         try:
             phases.launch(ctx, checks_first=self.preflight, planned=self._planned)
+            self.config = ctx.config  # with the rendezvous port reserved
         except Abort as e:
             self._abort(ctx, e.problems, cleanup=e.cleanup, kill=e.kill)
         self.advance(RunEvent.RELEASE)
@@ -190,7 +191,7 @@ class Session:
         problems = [self.masker.text(p) for p in problems]
         started = ctx.started()
         kill, cleanup = kill or started, cleanup or started
-        if self.recorder.has_nodes():
+        if self.recorder.has_nodes() or self.recorder.get("rendezvous"):
             if kill:
                 self._stopping.set()
             phases.undo(ctx, kill=kill, cleanup=cleanup)
@@ -237,8 +238,7 @@ class Session:
             try:
                 self.conclude()
             finally:  # a conclusion that failed still ends the run, its fault said
-                self.result = self.result or RunResult(1, [], {}, False,
-                                                       problem=self.faults.text())
+                self.result = self.result or RunResult(1, [], {}, False, problem=self.faults.text())
                 self._done.set()
             return True
         self.health.tick(self._stopping.is_set())

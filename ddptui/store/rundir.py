@@ -54,6 +54,12 @@ SAMPLER_SCRIPT = "telemetry.sh"
 SAMPLER_PID = "telemetry.pid"
 SAMPLER_BEAT = "telemetry.beat"
 SAMPLER_OUT = "telemetry.{}.out"
+#: Rendezvous port locks on the node that hosts the store (``ddptui.launch.reserve``): one
+#: directory per address and port, shared by every user's runs there; in it, the owning run's
+#: id and, once started, its launch.sh's pid.
+RDZV_LOCKS = "/tmp/ddptui-rdzv"
+LOCK_OWNER = "owner"
+LOCK_PID = "pid"
 
 # Here, under the state root.
 STATE_DIR = "ddptui"

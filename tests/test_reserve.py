@@ -1,0 +1,108 @@
+"""The rendezvous port's lock (``ddptui.launch.reserve``): the node program run here on a
+folder of the test's own, and the words of a refusal."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_plan import config
+
+from ddptui.launch import reserve
+from ddptui.launch.plan import make_plan
+from ddptui.store import rundir
+
+DEAD_PID = 2**22 + 17  # above pid_max's default: no such process
+
+
+def take(folder: Path, run: str, ports: list[int], *, young_s: float = 600.0,
+         key: str = "10.0.0.1") -> reserve.Reserved:
+    args = {"dir": str(folder), "key": key, "ports": ports, "run": run, "young_s": young_s,
+            "owner": rundir.LOCK_OWNER, "pid": rundir.LOCK_PID}
+    done = subprocess.run([sys.executable, "-S", "-c", reserve.NODE_SRC, json.dumps(args)],
+                          capture_output=True, text=True, timeout=30, check=True)
+    return reserve.parse(done.stdout)
+
+
+def started(lock: str | None, pid: int) -> None:
+    assert lock is not None
+    Path(lock, rundir.LOCK_PID).write_text(f"{pid}\n")
+
+
+def test_the_first_run_takes_the_port_and_a_second_sees_it_held(tmp_path: Path) -> None:
+    first = take(tmp_path, "run-a", [29400])
+    assert first.port == 29400 and first.held == ()
+    assert Path(first.lock or "", rundir.LOCK_OWNER).read_text() == "run-a\n"
+    second = take(tmp_path, "run-b", [29400])
+    assert second.port is None and second.held == ((29400, "run-a"),)
+
+
+def test_a_port_left_to_ddptui_moves_on_to_the_next_free_one(tmp_path: Path) -> None:
+    first = take(tmp_path, "run-a", reserve.candidates(29400, fixed=False))
+    started(first.lock, os.getpid())
+    second = take(tmp_path, "run-b", reserve.candidates(29400, fixed=False))
+    assert (second.port, second.held) == (29401, ((29400, "run-a"),))
+    assert reserve.candidates(29400, fixed=True) == [29400]
+    assert reserve.candidates(65530, fixed=False)[-1] == 65535
+
+
+def test_a_lock_whose_launch_sh_is_gone_is_taken_over(tmp_path: Path) -> None:
+    first = take(tmp_path, "run-a", [29400])
+    started(first.lock, DEAD_PID)
+    again = take(tmp_path, "run-b", [29400])
+    assert (again.port, again.held) == (29400, ())
+    assert Path(again.lock or "", rundir.LOCK_OWNER).read_text() == "run-b\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["10.0.0.1-29400"]  # no leftovers
+
+
+def test_a_lock_not_yet_started_is_live_while_young_only(tmp_path: Path) -> None:
+    first = take(tmp_path, "run-a", [29400])
+    assert take(tmp_path, "run-b", [29400], young_s=600).port is None
+    os.utime(first.lock or "", (0, 0))  # made long ago, its launch never started
+    assert take(tmp_path, "run-b", [29400], young_s=600).port == 29400
+
+
+def test_locks_are_per_address(tmp_path: Path) -> None:
+    assert take(tmp_path, "run-a", [29400], key="10.0.0.1").port == 29400
+    assert take(tmp_path, "run-b", [29400], key="10.0.0.2").port == 29400
+    assert reserve.lock_key("fe80::1%eth0") == "fe80__1_eth0"
+
+
+def test_release_removes_only_this_runs_lock(tmp_path: Path) -> None:
+    got = take(tmp_path, "run-a", [29400])
+    lock = got.lock or ""
+    subprocess.run(["sh", "-c", reserve.release_cmd(lock, "run-b")], check=True, timeout=10)
+    assert Path(lock).is_dir()
+    started(lock, os.getpid())
+    subprocess.run(["sh", "-c", reserve.release_cmd(lock, "run-a")], check=True, timeout=10)
+    assert not Path(lock).exists()
+
+
+def test_refusals_name_the_run_the_port_and_what_to_do() -> None:
+    held = reserve.Reserved(None, None, ((29400, "run-a"),))
+    fixed = reserve.refusal("node1", "10.0.0.1", True, held)
+    assert fixed.startswith("node node1: the rendezvous port 29400 on 10.0.0.1 is held by run "
+                            "run-a, which is still running there")
+    assert "Stop it (`ddptui stop run-a`), or set `rendezvous.port`" in fixed
+    many = reserve.Reserved(None, None, ((29400, "run-a"), (29401, "run-b")))
+    auto = reserve.refusal("node1", "10.0.0.1", False, many)
+    assert "(29400, 29401) is held by runs run-a, run-b; stop one of them" in auto
+    with pytest.raises(ValueError, match="unreadable answer"):
+        reserve.parse("Traceback (most recent call last):\n")
+
+
+def test_the_plan_tells_the_stores_node_it_hosts_and_keeps_the_lock_live() -> None:
+    cfg = config()
+    names = [n.name for n in cfg.ordered_nodes]
+    plan = make_plan(cfg, "r1", workdirs={n: "/w" for n in names}, rdzv_host="10.0.0.1",
+                     store_node=names[0], locks={names[0]: "/tmp/ddptui-rdzv/10.0.0.1-29400"})
+    confs = [n.argv[n.argv.index("--rdzv-conf") + 1] for n in plan.nodes]
+    assert confs[0].endswith(",is_host=true") and confs[1].endswith(",is_host=false")
+    assert "echo $$ > '/tmp/ddptui-rdzv/10.0.0.1-29400/pid'" in plan.nodes[0].script
+    assert "ddptui-rdzv" not in plan.nodes[1].script
+    bare = make_plan(cfg, "r1", workdirs={n: "/w" for n in names}, rdzv_host="10.0.0.1")
+    assert all("is_host" not in " ".join(n.argv) for n in bare.nodes)

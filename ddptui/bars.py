@@ -129,6 +129,11 @@ class BarRows:
         self.count = 0  # lines placed so far
         self._live: dict[int | None, tuple[int, str]] = {}  # rank: (its live line, the text)
 
+    @property
+    def live(self) -> bool:
+        """Some rank has a live bar line (then each line's rank counts)."""
+        return bool(self._live)
+
     def place(self, shown: list[tuple[str, int | None, bool]]
               ) -> tuple[list[str], dict[int, str]]:
         """(lines to add at the end, {an earlier line: its new text}) for ``shown``'s

@@ -48,14 +48,13 @@ class BarKeeper:
             return events
         out: list[Event] = []
         for e in events:
-            kind = type(e)
-            if kind is LogLine and e.bar:  # type: ignore[union-attr]
-                self._state(e, out)  # type: ignore[arg-type]
+            if isinstance(e, LogLine) and e.bar:
+                self._state(e, out)
                 continue
             if self._held:
-                if kind is LogLine or kind is LineRun or (kind is Metric and e.text):  # type: ignore[union-attr]
-                    self._ordinary(e, out)  # type: ignore[arg-type]
-                elif kind is NodeState:
+                if isinstance(e, LogLine | LineRun) or (isinstance(e, Metric) and e.text):
+                    self._ordinary(e, out)
+                elif isinstance(e, NodeState):
                     self._release(out, node=e.node)
             out.append(e)
         return out

@@ -54,7 +54,7 @@ def test_a_line_that_is_the_held_state_itself_is_kept_once() -> None:
     """The node sends a bar's final state as a line once the bar ends (its newline)."""
     keeper = BarKeeper()
     out = keeper.take([state("99%", 0.0), state("100%", 0.5), line("100%", 0.6)])
-    assert texts(out) == ["99%", "100%"] and not out[-1].bar  # type: ignore[union-attr]
+    assert texts(out) == ["99%", "100%"] and isinstance(out[-1], LogLine) and not out[-1].bar
 
 
 def test_ranks_have_slots_of_their_own_and_a_nodes_state_releases_its_ranks() -> None:

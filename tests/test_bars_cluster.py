@@ -60,7 +60,7 @@ def check_rank(texts: list[str], rank: int, where: str) -> None:
     assert 1 <= len(states) <= 3 * LINES + 60, (where, len(states))
     assert f"{REFRESHES}/{REFRESHES} [" in states[-1], (where, states[-3:])
     assert texts[-2] == states[-1]  # the bar's final state, just before the rank's last line
-    done = [int(re.search(r"(\d+)/\d+ \[", t).group(1)) for t in states]  # type: ignore[union-attr]
+    done = [int(m.group(1)) for t in states if (m := re.search(r"(\d+)/\d+ \[", t))]
     assert done == sorted(done), where  # no state moved
 
 

@@ -13,6 +13,11 @@ cut into 1 MiB chunks at line ends as the follower reads them, go through
 * parser + store: ``Store.apply`` with its disk mirror (per-rank logs, the all-ranks view,
   metrics, checkpoint), as the controller does with every batch.
 
+And a progress-bar flood of as many lines: every rank's tqdm bar redrawn, one node.log line
+per state as the tee marks them (``[ddptui R L] \r<state>``), an ordinary line every 1,000
+states, through the parser and then the parser, the bar keeper (``ddptui.bars``) and the
+store, as the controller does; against the same raw splitting of its own bytes.
+
 Rounds alternate between the three and the medians are compared. Each is timed in CPU
 seconds of this process (``time.process_time``): the work is one thread's, and on a shared
 machine the wall clock also counts the time other programs held the cores. What it means: the rate
@@ -34,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from scale_setup import median
 
+from ddptui.bars import BarKeeper
 from ddptui.ingest import parse_chunk, split_complete
 from ddptui.nodelog import NodeLogParser
 from ddptui.store.store import Store
@@ -53,6 +59,21 @@ def flood_bytes(lines: int, ranks: int, block: int = 1) -> bytes:
         else:
             out.append(f"[ddptui {r} {r}] step {n} rank {r} loss 0.{n % 997:03d} "
                        f"grad_norm 1.02 tokens/s 51234\n")
+    return "".join(out).encode()
+
+
+def bar_bytes(lines: int, ranks: int, block: int = 1) -> bytes:
+    """A flood of progress bar states (tqdm's own text, with a loss in its postfix), in
+    blocks of one rank as the tee copies a read of its file, an ordinary line every 1,000."""
+    out = []
+    for n in range(lines):
+        r = (n // block) % ranks
+        if n % 1000 == 999:
+            out.append(f"[ddptui {r} {r}] epoch {n // 1000} done, loss 0.{n % 997:03d}\n")
+        else:
+            pct = n * 100 // lines
+            out.append(f"[ddptui {r} {r}] \r{pct:3d}%|{'#' * (pct // 10):10s}| {n}/{lines} "
+                       f"[00:09<00:11, 5000.00it/s, loss=0.{n % 997:03d}]\n")
     return "".join(out).encode()
 
 
@@ -76,7 +97,7 @@ def parse_only(chunks: list[bytes]) -> int:
     return sum(len(parse_chunk(parser, c, time.time())) for c in chunks)
 
 
-def parse_and_store(chunks: list[bytes], work: Path) -> int:
+def parse_and_store(chunks: list[bytes], work: Path, bars: BarKeeper | None = None) -> int:
     run_dir = Path(tempfile.mkdtemp(dir=work))
     store = Store(run_dir)
     store.add_node("node1", 0)
@@ -84,9 +105,13 @@ def parse_and_store(chunks: list[bytes], work: Path) -> int:
     done, n = 0, 0
     for c in chunks:
         events = parse_chunk(parser, c, time.time())
+        if bars is not None:
+            events = bars.take(events)
         done += len(c)
         store.apply(events, {"node1": done})
         n += len(events)
+    if bars is not None:
+        store.apply(bars.drain())
     store.close()
     shutil.rmtree(run_dir, ignore_errors=True)
     return n
@@ -101,17 +126,22 @@ def main() -> int:
                    help="lines of one rank in a row (1: interleaved line by line)")
     opts = p.parse_args()
     chunks = chunks_of(flood_bytes(opts.lines, opts.ranks, opts.block))
+    bar_chunks = chunks_of(bar_bytes(opts.lines, opts.ranks, opts.block))
     work = Path(tempfile.mkdtemp(prefix="ddptui-bench-ingest-"))
-    times: dict[str, list[float]] = {"raw": [], "parser": [], "store": []}
+    times: dict[str, list[float]] = {k: [] for k in ("raw", "parser", "store", "bars raw",
+                                                     "bars parser", "bars store")}
     try:
         for r in range(opts.rounds):
             order = [("raw", lambda: raw_split(chunks)), ("parser", lambda: parse_only(chunks)),
-                     ("store", lambda: parse_and_store(chunks, work))]
-            for name, fn in order[r % 3:] + order[:r % 3]:
+                     ("store", lambda: parse_and_store(chunks, work)),
+                     ("bars raw", lambda: raw_split(bar_chunks)),
+                     ("bars parser", lambda: parse_only(bar_chunks)),
+                     ("bars store", lambda: parse_and_store(bar_chunks, work, BarKeeper()))]
+            for name, fn in order[r % 6:] + order[:r % 6]:
                 t0 = time.process_time()
                 count = fn()
                 times[name].append(time.process_time() - t0)
-                if name == "raw" and count != opts.lines:
+                if name.endswith("raw") and count != opts.lines:
                     raise RuntimeError(f"split {count} lines, wrote {opts.lines}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -123,6 +153,13 @@ def main() -> int:
           f"{rate['parser'] / rate['raw']:.3f}x raw")
     print(f"  parser + store     {rate['store']:12,.0f} lines/s  "
           f"{rate['store'] / rate['raw']:.3f}x raw")
+    print("a progress-bar flood of as many lines (states, an ordinary line every 1,000):")
+    print(f"  raw line splitting {rate['bars raw']:12,.0f} lines/s")
+    print(f"  parser             {rate['bars parser']:12,.0f} lines/s  "
+          f"{rate['bars parser'] / rate['bars raw']:.3f}x raw")
+    print(f"  parser+keeper+store{rate['bars store']:12,.0f} lines/s  "
+          f"{rate['bars store'] / rate['bars raw']:.3f}x raw, "
+          f"{rate['bars store'] / rate['store']:.2f}x the plain flood's parser + store")
     return 0
 
 

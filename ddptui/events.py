@@ -116,6 +116,9 @@ class LogLine:
     rank: int | None = None
     local_rank: int | None = None
     attempt: int = 0
+    #: A progress bar's state (the tee's mark, see ``ddptui.bars``): it writes over the rank's
+    #: previous state, as on a terminal, and is kept at most once a second.
+    bar: bool = False
 
 
 @dataclass(slots=True)

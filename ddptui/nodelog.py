@@ -60,6 +60,12 @@ class NodeLogParser:
         if m is not None:
             rank, local_rank = int(m.group(1)), int(m.group(2))
             text = line[m.end():]
+            if text[:1] == "\r":  # a progress bar's state (the tee's mark): see ddptui.bars
+                events = self.worker_line(text[1:], rank, local_rank, time)
+                for e in events:
+                    if type(e) is LogLine:
+                        e.bar = True
+                return events
             return self.worker_line(text, rank, local_rank, time)
         return self._agent_line(line, time)
 

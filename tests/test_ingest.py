@@ -14,6 +14,8 @@ LINES = [
     "[ddptui 1 1] Traceback (most recent call last):", "[ddptui 1 1] UserWarning: careful",
     "[ddptui x 1] not a prefix", "[ddptui 1 1]x", "[ddptui 1 1] ", "[ddptui 1 1] \r",
     "[ddptui 2 0] r\r", "\r", "[ddptui 01 2] leading zero", "[ddptui ] empty",
+    "[ddptui 3 1] \r 45%|####5     | 45/100 [00:09<00:11, 5.0it/s, loss=0.31]",
+    "[ddptui 3 1] \rValueError: in a bar", "[ddptui 12 0] \r\rtwo marks",
     "[ddptui 2 0] a line with ] inside] ", "[ddptui \u0661 0] arabic-indic digit",
     "[ddptui 1 1 1] three", "plain agent line", "W1122 20:16:43.507000 123 api.py:1] a warning",
     "[WARNING] Worker group FAILED. 2/3 attempts left; will restart worker group",
@@ -41,6 +43,7 @@ RANK_LINES = [
     "[ddptui 12 0] NCCL mentioned, not a NCCL line", "[ddptui 1 1] ",
     "[ddptui 2 0] a line with ] inside] ", "[ddptui \u0661 0] arabic-indic digit",
     "[ddptui 01 2] leading zero", "[ddptui 2 0] I1122 20:16:43.507000 123 api.py:1] glog info",
+    "[ddptui 3 1] \rEpoch 0:  12%|█▏  | 12/100 [00:01<00:08, v_num=0, train_loss=0.12]",
 ]
 HINTED = ["[ddptui 1 1] Traceback (most recent call last):", "[ddptui 1 1] UserWarning: careful",
           "[ddptui 4 0] ValueError: bad", "[ddptui 4 0] learning rate 0.1", "[ddptui 4 0] FAILED",

@@ -44,7 +44,7 @@ def test_a_line_written_in_two_parts_is_copied_whole(tmp_path: Path) -> None:
         f.write("first line\nsecond ha")
         f.flush()
         time.sleep(0.2)  # the tail reads the half line many times meanwhile
-        f.write("lf\r\nthird\rlast without newline")
+        f.write("lf\r\nthird\r\nlast without newline")
         f.flush()
     time.sleep(0.1)
     finished.set()
@@ -165,3 +165,122 @@ def test_real_torchrun_through_it_writes_whole_lines(tmp_path: Path) -> None:
                  f"to stderr from rank {r}", f"rank {r} ends mid-line"]}
     assert sorted(lines) == sorted(expected)
     assert "usage:" not in out and "Traceback" not in out
+
+
+# -- progress bars: a carriage return on its own ends a bar state --------------------------
+
+cut = torchrun_tee.cut
+#: What tqdm, Lightning (tqdm too), HF Trainer (tqdm.write for its log dicts), a print loop
+#: and pip write, with the node.log pieces each must become.
+STREAMS = {
+    "tqdm": ("\r  0%|          | 0/3\r 33%|###3      | 1/3\r 67%|######6   | 2/3"
+             "\r100%|##########| 3/3\n",
+             "\r  0%|          | 0/3\n\r 33%|###3      | 1/3\n\r 67%|######6   | 2/3\n"
+             "100%|##########| 3/3\n"),
+    "tqdm.write": ("\r 10%|#         |\r                \r{'loss': 0.5, 'epoch': 1}\n"
+                   "\r 11%|#1        |\r 12%|#2        |\n",
+                   "\r 10%|#         |\n{'loss': 0.5, 'epoch': 1}\n\r 11%|#1        |\n"
+                   " 12%|#2        |\n"),
+    "print end=CR": ("step 1\rstep 2\rstep 3\r\ndone\n", "\rstep 1\n\rstep 2\nstep 3\ndone\n"),
+    "CR LF lines": ("a\r\nb\r\n\r\nc\n", "a\nb\n\nc\n"),
+    "lines between bars": ("line 1\n\rbar 1\rbar 2\nline 2\n\rbar 3\n",
+                           "line 1\n\rbar 1\nbar 2\nline 2\nbar 3\n"),
+}
+
+
+@pytest.mark.parametrize("name", STREAMS)
+def test_a_stream_is_cut_as_a_terminal_shows_it_wherever_its_reads_end(name: str) -> None:
+    """Every state a piece of its own, the last one before a newline an ordinary line, blank
+    states dropped: whole, and cut in two and in three at every place (a CR LF split, a
+    state split), the same pieces."""
+    stream, want = STREAMS[name]
+
+    def pieces(parts: list[str]) -> str:
+        out, rest, bar = "", "", False
+        for part in parts:
+            block, rest, _, bar = cut(rest + part, bar)
+            out += block
+        assert rest == ""
+        return out
+
+    assert pieces([stream]) == want
+    n = len(stream)
+    for i in range(n + 1):
+        assert pieces([stream[:i], stream[i:]]) == want, i
+        for j in range(i, n + 1, 3):
+            assert pieces([stream[:i], stream[i:j], stream[j:]]) == want, (i, j)
+
+
+def test_what_cut_holds_and_says() -> None:
+    assert cut("a\nb\nc", False) == ("a\nb\n", "c", True, False)
+    assert cut("c", True) == ("", "c", False, True)  # still the state after a CR
+    assert cut("\r 1%\r 2%", False) == ("\r 1%\n", " 2%", True, True)
+    assert cut("step 1\r", False) == ("", "step 1\r", False, False)  # a CR LF, maybe
+    assert cut("step 1\r\n", False) == ("step 1\n", "", True, False)
+    assert cut("\r\r  \r\t\rx\n", False) == ("x\n", "", True, False)  # blank states
+
+
+def write_and_wait(path: Path, text: str, dst: Dst, want: str) -> None:
+    with open(path, "a", newline="") as f:
+        f.write(text)
+    end = time.monotonic() + 5
+    while dst.getvalue() != want and time.monotonic() < end:
+        time.sleep(0.01)
+    assert dst.getvalue() == want
+
+
+def test_a_bar_that_stops_moving_is_shown_within_a_look_and_ends_as_a_line(
+        tmp_path: Path) -> None:
+    """A state is copied once the file stays quiet (tqdm writes CR + state, and the next CR
+    may come minutes later), once; the newline that ends the bar makes its final state a
+    line, which the controller puts in the state's place (ddptui.bars)."""
+    path, dst, finished = tmp_path / "stdout.log", Dst(), threading.Event()
+    path.write_text("")
+    t = tail(path, finished, dst)
+    write_and_wait(path, "\r 50%|#####", dst, "[r3]:\r 50%|#####\n")
+    time.sleep(0.1)  # more looks at a quiet file: shown once
+    write_and_wait(path, "\r 60%|######", dst, "[r3]:\r 50%|#####\n[r3]:\r 60%|######\n")
+    write_and_wait(path, "\n", dst, "[r3]:\r 50%|#####\n[r3]:\r 60%|######\n[r3]: 60%|######\n")
+    write_and_wait(path, "epoch 1\r", dst, "[r3]:\r 50%|#####\n[r3]:\r 60%|######\n"
+                   "[r3]: 60%|######\n[r3]:\repoch 1\n")  # a print(end="\r") loop
+    write_and_wait(path, "epoch 2\r", dst, "[r3]:\r 50%|#####\n[r3]:\r 60%|######\n"
+                   "[r3]: 60%|######\n[r3]:\repoch 1\n[r3]:\repoch 2\n")  # epoch 1 not again
+    finished.set()
+    t.join(10)
+    assert dst.getvalue().endswith("[r3]:\repoch 2\n[r3]:epoch 2\n")  # the rank's last words
+
+
+def test_a_flood_of_states_keeps_every_state_and_line_in_order(tmp_path: Path) -> None:
+    path, dst, finished = tmp_path / "stdout.log", Dst(), threading.Event()
+    path.write_text("")
+    t = tail(path, finished, dst)
+    with open(path, "a", newline="") as f:
+        for i in range(20_000):
+            f.write(f"\r{i}/20000")
+            if i % 1000 == 999:
+                f.write(f"\nline {i}\n")
+            if i % 500 == 0:
+                f.flush()
+    finished.set()
+    t.join(30)
+    lines = dst.getvalue().split("\n")[:-1]
+    assert [x for x in lines if "line" in x] == [f"[r3]:line {i}" for i in range(999, 20_000,
+                                                                            1000)]
+    states = [int(x[5:].split("/")[0]) for x in lines if x.startswith("[r3]:\r")]
+    assert states == sorted(set(states)) and len(states) >= 19_980  # in order, each once
+    assert all(x.startswith("[r3]:") and "\r" not in x[6:] for x in lines)
+
+
+def test_a_state_longer_than_the_longest_line_is_copied_in_bounded_pieces(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torchrun_tee, "CHUNK", 64)
+    monkeypatch.setattr(torchrun_tee, "LONGEST", 100)
+    path, dst, finished = tmp_path / "stdout.log", Dst(), threading.Event()
+    path.write_text("\r" + "x" * 1000 + "\rdone\n")
+    finished.set()
+    tail(path, finished, dst).join(10)
+    lines = dst.getvalue().split("\n")[:-1]
+    assert "".join(line.removeprefix("[r3]:").lstrip("\r") for line in lines) == \
+        "x" * 1000 + "done"
+    assert lines[0].startswith("[r3]:\rx") and lines[-1] == "[r3]:done"
+    assert max(map(len, lines)) <= len("[r3]:\r") + 100 + 64

@@ -812,3 +812,55 @@ async def test_d_shows_the_whole_diagnosis_of_a_failed_run() -> None:
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, DiagnosisScreen)
+
+
+@sync
+async def test_a_progress_bar_is_one_line_per_rank_written_over_in_place() -> None:
+    """Each rank's bar states take its live line's place, wherever the other rank's lines
+    went meanwhile; an ordinary line ends the bar (its last state stays, the line goes below);
+    a view built again shows the same; wrapped and paused, too."""
+    store = Store()
+
+    def bar(rank: int, text: str) -> LogLine:
+        return LogLine("local-a", text, T0, rank=rank, local_rank=rank, bar=True)
+
+    def said(rank: int, text: str) -> LogLine:
+        return LogLine("local-a", text, T0, rank=rank, local_rank=rank)
+
+    app = make_app(store)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot, app)
+        log = app.log_view
+        store.apply([said(0, "start 0"), bar(0, " 10%|#"), said(1, "start 1"), bar(1, "1: 5%")])
+        await settle(pilot, app)
+        assert list(log.lines) == ["[0] start 0", "[0]  10%|#", "[1] start 1", "[1] 1: 5%"]
+        for i in range(2, 10):
+            store.apply([bar(0, f" {i}0%|{'#' * i}"), bar(1, f"1: {i * 5}%")])
+            await settle(pilot, app)
+        assert list(log.lines) == ["[0] start 0", "[0]  90%|#########", "[1] start 1",
+                                   "[1] 1: 45%"]
+        store.apply([said(0, "{'loss': 0.5}"), bar(0, " 95%|##########"), bar(1, "1: 50%")])
+        await settle(pilot, app)
+        want = ["[0] start 0", "[0]  90%|#########", "[1] start 1", "[1] 1: 50%",
+                "[0] {'loss': 0.5}", "[0]  95%|##########"]
+        assert list(log.lines) == want and list(log.raw) == want
+        await pilot.press("w")  # wrapped: rows written again
+        await settle(pilot, app)
+        store.apply([bar(1, "1: 55%")])
+        await settle(pilot, app)
+        want[3] = "[1] 1: 55%"
+        assert list(log.lines) == want
+        await pilot.press("w")
+        await pilot.press("s")  # paused: the held lines' bar is written over too
+        assert not log.follow
+        store.apply([said(1, "late"), bar(1, "1: 60%")])
+        await settle(pilot, app)
+        store.apply([bar(1, "1: 65%")])
+        await settle(pilot, app)
+        await pilot.press("end")
+        await settle(pilot, app)
+        assert list(log.lines) == [*want, "[1] late", "[1] 1: 65%"]
+        app.logs_pane.set_view(ViewSpec(ViewKind.RANK, rank=0))  # built again from the ring
+        await settle(pilot, app)
+        assert list(log.lines) == ["start 0", " 90%|#########", "{'loss': 0.5}",
+                                   " 95%|##########"]

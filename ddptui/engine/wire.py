@@ -45,7 +45,7 @@ def _pack_events(events: list[Any]) -> list[Any]:
                 bytes(_SOURCE_NO[ln.source] for ln in run),
                 bytes(_LEVEL_NO[ln.level] for ln in run),
                 [ln.rank for ln in run], [ln.local_rank for ln in run],
-                [ln.attempt for ln in run]))
+                [ln.attempt for ln in run], bytes(ln.bar for ln in run)))
             run.clear()
 
     for e in events:
@@ -62,9 +62,10 @@ def _unpack_events(packed: list[Any]) -> list[Any]:
     events: list[Any] = []
     for item in packed:
         if type(item) is tuple:
-            nodes, texts, times, sources, levels, ranks, local_ranks, attempts = item
+            nodes, texts, times, sources, levels, ranks, local_ranks, attempts, bars = item
             events.extend(map(LogLine, nodes, texts, times, map(_SOURCES.__getitem__, sources),
-                              map(_LEVELS.__getitem__, levels), ranks, local_ranks, attempts))
+                              map(_LEVELS.__getitem__, levels), ranks, local_ranks, attempts,
+                              map(bool, bars)))
         else:
             events.append(item)
     return events

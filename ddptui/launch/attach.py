@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from ddptui.bars import BarKeeper
 from ddptui.config import HostsConfig
 from ddptui.events import Level
 from ddptui.ingest import parse_chunk, split_complete
@@ -108,6 +109,8 @@ def replay_raw_logs(store: Store, run_dir: Path, nodes: list[str]) -> dict[str, 
                 f.truncate(len(whole))
         done = min(raw_done.get(name, 0), len(whole))
         now = time.time()
-        store.apply(parse_chunk(parser, whole[:done], now), mirror=False)
-        store.apply(parse_chunk(parser, whole[done:], now), {name: len(whole)})
+        bars = BarKeeper()  # a bar's states read at once: the first, the last before a line
+        store.apply(bars.take(parse_chunk(parser, whole[:done], now)), mirror=False)
+        store.apply(bars.take(parse_chunk(parser, whole[done:], now)) + bars.drain(),
+                    {name: len(whole)})
     return parsers

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ddptui.bars import BarKeeper
 from ddptui.events import Event
 from ddptui.launch.evidence import Evidence
 from ddptui.launch.follow import Batch, EventQueue, Finished
@@ -44,6 +45,7 @@ class EventBus:
         self.gate, self.finished, self.applied, self.fault = gate, finished, applied, fault
         self.queue = EventQueue()
         self.listeners: list[Listener] = []
+        self.bars = BarKeeper()  # a progress bar's states, at most one a second per rank
         self._lock = threading.Lock()
         self._consumer: threading.Thread | None = None
 
@@ -76,7 +78,10 @@ class EventBus:
             try:
                 first = self.queue.get(timeout=0.1)
             except queue.Empty:
+                if self.bars.holding:  # a bar that stopped moving: its newest state
+                    self._guarded(self.apply, [])
                 if self._guarded(tick, False):
+                    self._guarded(self.apply, [None])
                     return
                 continue
             items = [first]
@@ -93,6 +98,7 @@ class EventBus:
             self._guarded(self.apply, items)
             last = time.monotonic()
             if self._guarded(tick, True):
+                self._guarded(self.apply, [None])
                 return
 
     def _guarded(self, fn: Callable[[Any], Any], arg: Any) -> Any:
@@ -102,9 +108,12 @@ class EventBus:
             self.fault(e)
             return None
 
-    def apply(self, items: list[Batch | Finished]) -> None:
+    def apply(self, items: list[Batch | Finished | None]) -> None:
         """Apply ``items``: node ends to ``finished`` first (they cannot fail), then lines
-        and states to the store, the evidence and the listeners, in order."""
+        and states to the store, the evidence and the listeners, in order, with the bar
+        states the keeper lets through (all it holds at a None: the consumer's end)."""
+        due = Batch("", [], {})  # where the bar states now due go
+        items = [*items, due]
         for item in items:
             if isinstance(item, Finished):
                 self.finished(item)
@@ -114,8 +123,13 @@ class EventBus:
         for item in items:
             if isinstance(item, Finished):
                 continue
-            kept = self.gate(item.events)
-            if len(kept) != len(item.events):
+            if item is None or item is due:
+                held = self.bars.drain() if item is None else self.bars.due(time.time())
+                if not held:
+                    continue
+                item = Batch(held[0].node, held, {})
+            kept = self.bars.take(self.gate(item.events))
+            if kept is not item.events:
                 item = Batch(item.node, kept, item.raw_done)
             batches.append(item)
             events.extend(kept)

@@ -11,6 +11,11 @@ ceiling of live log streaming (``bench/stream.py``). This one copies whole lines
 of them at a time (one ``write`` of the prefixed block, as many lines as are complete), and
 holds a partial line until its newline arrives or the rank's file is finished.
 
+A carriage return (CR) on its own (a progress bar) ends a *bar state*, which a terminal writes
+over: copied as ``header + CR + state`` on a line of its own (``ddptui.bars``). A newline ends
+an ordinary line, as on a terminal (a bar's final state, a tqdm.write message). Blank states
+are dropped; a state still being written is copied once the file stays quiet for a look.
+
 When the torch it finds has no ``tail_logfile`` of the shape this replaces, torchrun runs
 unchanged. Runs on the node, under whatever Python the node has: stdlib only (torch itself,
 imported once the tee is in place), nothing of ddptui.
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 import runpy
 import sys
 import time
@@ -66,32 +72,60 @@ _keep_all: Any = None
 def tail_logfile(header: str, file: str, dst: TextIO, finished: Any, interval_sec: float,
                  log_line_filter: Callable[[str], bool] | None = None) -> None:
     """Copy ``file`` to ``dst`` with ``header`` before every line, until ``finished`` is set
-    and the file is read to its end. Opened as torchrun opens it (text, universal newlines,
-    undecodable bytes replaced), so what a line is stays torchrun's."""
+    and the file is read to its end. Opened as torchrun opens it (undecodable bytes
+    replaced) but with its newlines as written, so that a bar state stays apart (see above)."""
     interval_sec = min(interval_sec, POLL_S)
     while not os.path.exists(file):
         if finished.is_set():
             return
         time.sleep(interval_sec)
     keep = None if log_line_filter is _keep_all else log_line_filter
-    rest = ""
-    with open(file, errors="replace") as fp:
+    rest, bar, shown = "", False, ""  # held text; it follows a bare CR; what of it was shown
+    with open(file, errors="replace", newline="") as fp:
         while True:
             data = fp.read(CHUNK)
             if data:
-                data = rest + data
-                cut = data.rfind("\n") + 1
-                if cut == 0 and len(data) > LONGEST:
-                    data += "\n"
-                    cut = len(data)
-                rest = data[cut:]
-                put(header, data[:cut], dst, keep)
+                block, rest, ended, bar = cut(rest + data, bar)
+                if ended and shown and block.startswith(f"\r{shown}\n"):  # shown when held
+                    block = block[len(shown) + 2:]
+                if len(rest) > LONGEST:  # memory stays bounded: copied as it is
+                    block, rest, ended = block + ("\r" if bar else "") + rest + "\n", "", True
+                shown = "" if ended else shown
+                put(header, block, dst, keep)
             elif finished.is_set():
-                if rest:  # the rank ended without a newline: its last line, ended here
-                    put(header, rest + "\n", dst, keep)
+                if rest.rstrip("\r"):  # the rank ended without a newline: its last line
+                    put(header, rest.rstrip("\r") + "\n", dst, keep)
                 return
             else:
+                state = rest.rstrip("\r")
+                if (bar or state != rest) and state.strip() and state != shown:
+                    put(header, "\r" + state + "\n", dst, keep)  # the bar as it stands now
+                    shown = state
                 time.sleep(interval_sec)
+
+
+#: What ends a piece of a rank's output: a newline, or a carriage return on its own (a bar
+#: state) that is not the last character, which may be the first half of a CR LF.
+_END_RE = re.compile(r"\r\n|\n|\r(?=[\s\S])")
+
+
+def cut(data: str, bar: bool) -> tuple[str, str, bool, bool]:
+    """(the whole pieces of ``data``, each ending in a newline: a line as itself, a bar state
+    after a CR, blank states left out; the rest; whether any piece ended; whether the rest
+    follows a bare CR, given ``bar``, whether ``data`` does)."""
+    if "\r" not in data:  # the common case: lines, as many as are complete
+        end = data.rfind("\n") + 1
+        return data[:end], data[end:], end > 0, bar and not end
+    lines, pos = [], 0
+    for m in _END_RE.finditer(data):
+        piece = data[pos:m.start()]
+        bar = m.end() - m.start() == 1 and data[m.start()] == "\r"
+        if not bar:
+            lines.append(piece + "\n")
+        elif piece.strip():
+            lines.append(f"\r{piece}\n")
+        pos = m.end()
+    return "".join(lines), data[pos:], pos > 0, bar
 
 
 def put(header: str, block: str, dst: TextIO, keep: Callable[[str], bool] | None) -> None:

@@ -18,6 +18,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Input
 
+from ddptui.bars import BarRows
 from ddptui.events import Level, LogLine
 from ddptui.store.store import Store
 from ddptui.tui.scrollback import LineFile
@@ -77,6 +78,8 @@ class LogPane(Vertical):
         self._stale = True
         #: The newest line of a rebuild, which the next drain may bring again.
         self._rebuilt_through: LogLine | None = None
+        #: Each rank's live progress bar line in the log: its next state is written there.
+        self._bars = BarRows()
 
     def compose(self) -> ComposeResult:
         yield LogView(id="log")
@@ -142,15 +145,33 @@ class LogPane(Vertical):
                     lines = lines[i + 1:]
                     break
         if lines:
-            self.log_view.append(self._shown(lines))
+            new, changed = self._placed(lines)
+            log = self.log_view
+            log.append(new)
+            if changed:
+                log.rewrite_at(changed, self._bars.count)
+
+    def _placed(self, lines: list[LogLine]) -> tuple[list[str], dict[int, str]]:
+        """The lines the view shows, a rank's progress bar states in its live line's place
+        (see :class:`BarRows`): (lines to add, {an earlier line: its new text})."""
+        if self._bars.live or any(line.bar for line in lines):
+            view = self.view
+            return self._bars.place([(format_line(line, view), line.rank, line.bar)
+                                     for line in self._chosen(lines)])
+        shown = self._shown(lines)
+        self._bars.count += len(shown)
+        return shown, {}
+
+    def _chosen(self, lines: Iterable[LogLine]) -> Iterable[LogLine]:
+        accepts, pattern = self.view.accepts, self.pattern
+        if pattern is None:
+            return (line for line in lines if accepts(line))
+        search = pattern.search
+        return (line for line in lines if accepts(line) and search(line.text))
 
     def _shown(self, lines: Iterable[LogLine]) -> list[str]:
-        view, pattern = self.view, self.pattern
-        accepts = view.accepts
-        if pattern is None:
-            return [format_line(line, view) for line in lines if accepts(line)]
-        search = pattern.search
-        return [format_line(line, view) for line in lines if accepts(line) and search(line.text)]
+        view = self.view
+        return [format_line(line, view) for line in self._chosen(lines)]
 
     def _rebuild(self) -> None:
         """A fresh view: newest lines from the rings, then follow from the store's cursor."""
@@ -165,7 +186,9 @@ class LogPane(Vertical):
         log = self.log_view
         log.set_dim_nccl(self.view.kind is ViewKind.ALL)
         log.set_pattern(self.pattern)
-        log.set_lines(self._shown(source)[-MAX_LINES:])
+        self._bars = BarRows()
+        shown, _ = self._placed(source)
+        log.set_lines(shown[-MAX_LINES:])
         self._drain()
 
     def refresh_status(self) -> None:

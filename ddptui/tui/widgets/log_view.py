@@ -201,6 +201,28 @@ class LogView(WithQuietScrollbar, Log):
         self.raw.extend(lines)
         self.write_lines(self._rows(lines), scroll_end=True)
 
+    def rewrite_at(self, changed: dict[int, str], count: int) -> None:
+        """Lines written over in place (a rank's live progress bar): ``changed`` maps a line,
+        counted from the first of ``count`` lines appended since :meth:`set_lines`, to its
+        new text. Counted from the end, a place survives both trimming and older lines read
+        from disk above; one trimmed away already is left alone."""
+        held, raw = self._held, self.raw
+        rows = None if self.wrap else self._lines
+        for where, text in changed.items():
+            back = count - 1 - where  # lines after it
+            if back < len(held):
+                held[-1 - back] = text
+                continue
+            back -= len(held)
+            if back >= len(raw):
+                continue
+            raw[-1 - back] = text
+            if rows is not None and back < len(rows):
+                rows[-1 - back] = text
+                self.refresh_lines(len(rows) - 1 - back)
+        if rows is None:  # wrapped: a line is rows of its own length
+            self._rewrite(scroll_end=self.follow)
+
     def prepend(self, lines: list[str]) -> None:
         """Older lines above the current first one; the viewport stays on what it showed."""
         if not lines:

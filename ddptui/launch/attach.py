@@ -20,6 +20,7 @@ from ddptui.launch import nodeops, torchrun_tee
 from ddptui.launch.outcome import LaunchError
 from ddptui.launch.ports import NodePool
 from ddptui.launch.reach import map_at_once
+from ddptui.metrics.scan import Scanner
 from ddptui.nodelog import NodeLogParser
 from ddptui.run_state import NodeRecord, RunRecord
 from ddptui.store import rundir
@@ -89,7 +90,8 @@ def caught_in_launch(run_id: str, held: Mapping[str, str]) -> str:
             "removed on every node. Run the job again.")
 
 
-def replay_raw_logs(store: Store, run_dir: Path, nodes: list[str]) -> dict[str, NodeLogParser]:
+def replay_raw_logs(store: Store, run_dir: Path, nodes: list[str],
+                    scanner: Callable[[str], Scanner]) -> dict[str, NodeLogParser]:
     """Rebuild ``store``'s memory from the raw copies; mirror only what the checkpoint lacks.
 
     Call it before ``store`` has mirrored anything: recovery truncates the mirror's files. The
@@ -108,6 +110,7 @@ def replay_raw_logs(store: Store, run_dir: Path, nodes: list[str]) -> dict[str, 
                 f.truncate(len(whole))
         done = min(raw_done.get(name, 0), len(whole))
         now = time.time()
-        store.apply(parse_chunk(parser, whole[:done], now), mirror=False)
-        store.apply(parse_chunk(parser, whole[done:], now), {name: len(whole)})
+        scan = scanner(name).scan
+        store.apply(scan(parse_chunk(parser, whole[:done], now)), mirror=False)
+        store.apply(scan(parse_chunk(parser, whole[done:], now)), {name: len(whole)})
     return parsers

@@ -38,6 +38,7 @@ from ddptui.launch.standby import Standby
 from ddptui.launch.stopper import Stopper, stop_all, targets
 from ddptui.launch.telemetry import Samplers
 from ddptui.launch.watch import HealthWatch
+from ddptui.metrics.scan import Scanner, recognizers
 from ddptui.nccl import NcclFacts
 from ddptui.nodelog import NodeLogParser
 from ddptui.run_state import (
@@ -101,6 +102,7 @@ class Session:
         self.bus = EventBus(self.store, self.evidence, self._gate, self._node_finished,
                             self._applied, lambda e: self.faults.failed("consumer", e))
         self._followers: dict[str, NodeFollower] = {}
+        self._scanners: dict[str, Scanner] = {}
         self._finished: dict[str, Finished] = {}
         self._stopping = threading.Event()
         self._done = threading.Event()
@@ -212,7 +214,8 @@ class Session:
                 parser=parsers.get(name) or NodeLogParser(name), out=self.bus.queue,
                 masker=self.masker, pgid=self.recorder.pgid(name), stopping=self._stopping,
                 reconnect=lambda node=node: self.pool.open(node), poll=self.poll,
-                chunk=read_size(len(self.config.nodes)), python=node.python)
+                chunk=read_size(len(self.config.nodes)), python=node.python,
+                scanner=self.scanner(name))
             self._followers[name] = f
             f.start()
         self.watch.start()
@@ -222,6 +225,14 @@ class Session:
         threading.Thread(target=map_at_once, daemon=True, name="ddptui-standby", args=(
             [n.name for n in self.config.nodes], lambda name: self.standby.start(
                 name, self.pool.get(name), self._target(name).command(None)))).start()
+
+    def scanner(self, node: str) -> Scanner:
+        """The node's metric-line scanner: one for the run, so a replay's state carries on."""
+        found = self._scanners.get(node)
+        if found is None:
+            m = self.config.metrics
+            found = self._scanners[node] = Scanner(node, recognizers(m.parse, m.patterns))
+        return found
 
     def _node_finished(self, item: Finished) -> None:  # on the consumer, in order
         self._finished[item.node] = item
@@ -378,7 +389,8 @@ class Session:
         """The store rebuilt from the raw copies, the nodes reconnected, their withheld
         secrets read back, and (``follow``) following resumed where the copies end. A run
         its ddptui left mid-launch is let go only if every node was; else it is undone."""
-        parsers = attach.replay_raw_logs(self.store, self.local_dir, list(record.nodes))
+        parsers = attach.replay_raw_logs(self.store, self.local_dir, list(record.nodes),
+                                         self.scanner)
         self.evidence.seed(self.store)
         self.evidence.nccl.reread(self.local_dir, list(record.nodes), record.nccl)
         launching = record.status is RunStatus.LAUNCHING

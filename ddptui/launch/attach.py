@@ -10,7 +10,7 @@ may declare it lost); only when none can be reached does attaching fail.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from ddptui.config import HostsConfig
@@ -90,8 +90,8 @@ def caught_in_launch(run_id: str, held: Mapping[str, str]) -> str:
             "removed on every node. Run the job again.")
 
 
-def replay_raw_logs(store: Store, run_dir: Path, nodes: list[str],
-                    scanner: Callable[[str], Scanner]) -> dict[str, NodeLogParser]:
+def replay_raw_logs(store: Store, run_dir: Path, nodes: Iterable[str],
+                    scanner: Mapping[str, Scanner]) -> dict[str, NodeLogParser]:
     """Rebuild ``store``'s memory from the raw copies; mirror only what the checkpoint lacks.
 
     Call it before ``store`` has mirrored anything: recovery truncates the mirror's files. The
@@ -110,7 +110,7 @@ def replay_raw_logs(store: Store, run_dir: Path, nodes: list[str],
                 f.truncate(len(whole))
         done = min(raw_done.get(name, 0), len(whole))
         now = time.time()
-        scan = scanner(name).scan
+        scan = scanner[name].scan
         store.apply(scan(parse_chunk(parser, whole[:done], now)), mirror=False)
         store.apply(scan(parse_chunk(parser, whole[done:], now)), {name: len(whole)})
     return parsers

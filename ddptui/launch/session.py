@@ -38,7 +38,7 @@ from ddptui.launch.standby import Standby
 from ddptui.launch.stopper import Stopper, stop_all, targets
 from ddptui.launch.telemetry import Samplers
 from ddptui.launch.watch import HealthWatch
-from ddptui.metrics.scan import Scanner, recognizers
+from ddptui.metrics.scan import Scanners
 from ddptui.nccl import NcclFacts
 from ddptui.nodelog import NodeLogParser
 from ddptui.run_state import (
@@ -70,7 +70,7 @@ class Session:
     def __init__(self, config: HostsConfig, *, state_root: Path | None = None,
                  run_id: str | None = None, poll: float = 0.2,
                  record: RunRecord | None = None) -> None:
-        self.config = config
+        self.config, self.scanner = config, Scanners(config.metrics.parse, config.metrics.patterns)
         self.root = resolve_state_root(state_root)
         self.run_id = run_id or new_run_id(datetime.now(), secrets.token_hex(2))
         self.local_dir = rundir.run_dir(self.root, self.run_id)
@@ -102,7 +102,6 @@ class Session:
         self.bus = EventBus(self.store, self.evidence, self._gate, self._node_finished,
                             self._applied, lambda e: self.faults.failed("consumer", e))
         self._followers: dict[str, NodeFollower] = {}
-        self._scanners: dict[str, Scanner] = {}
         self._finished: dict[str, Finished] = {}
         self._stopping = threading.Event()
         self._done = threading.Event()
@@ -208,14 +207,12 @@ class Session:
         for node in self.config.nodes:
             name = node.name
             f = NodeFollower(
-                node=name, transport=self.pool.get(name),
-                node_dir=self.recorder.node_dir(name),
-                raw_path=rundir.node_log(self.local_dir, name),
+                node=name, transport=self.pool.get(name), node_dir=self.recorder.node_dir(name),
+                raw_path=rundir.node_log(self.local_dir, name), scanner=self.scanner[name],
                 parser=parsers.get(name) or NodeLogParser(name), out=self.bus.queue,
                 masker=self.masker, pgid=self.recorder.pgid(name), stopping=self._stopping,
                 reconnect=lambda node=node: self.pool.open(node), poll=self.poll,
-                chunk=read_size(len(self.config.nodes)), python=node.python,
-                scanner=self.scanner(name))
+                chunk=read_size(len(self.config.nodes)), python=node.python)
             self._followers[name] = f
             f.start()
         self.watch.start()
@@ -225,14 +222,6 @@ class Session:
         threading.Thread(target=map_at_once, daemon=True, name="ddptui-standby", args=(
             [n.name for n in self.config.nodes], lambda name: self.standby.start(
                 name, self.pool.get(name), self._target(name).command(None)))).start()
-
-    def scanner(self, node: str) -> Scanner:
-        """The node's metric-line scanner: one for the run, so a replay's state carries on."""
-        found = self._scanners.get(node)
-        if found is None:
-            m = self.config.metrics
-            found = self._scanners[node] = Scanner(node, recognizers(m.parse, m.patterns))
-        return found
 
     def _node_finished(self, item: Finished) -> None:  # on the consumer, in order
         self._finished[item.node] = item
@@ -389,8 +378,7 @@ class Session:
         """The store rebuilt from the raw copies, the nodes reconnected, their withheld
         secrets read back, and (``follow``) following resumed where the copies end. A run
         its ddptui left mid-launch is let go only if every node was; else it is undone."""
-        parsers = attach.replay_raw_logs(self.store, self.local_dir, list(record.nodes),
-                                         self.scanner)
+        parsers = attach.replay_raw_logs(self.store, self.local_dir, record.nodes, self.scanner)
         self.evidence.seed(self.store)
         self.evidence.nccl.reread(self.local_dir, list(record.nodes), record.nccl)
         launching = record.status is RunStatus.LAUNCHING

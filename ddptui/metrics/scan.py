@@ -133,6 +133,19 @@ class Scanner:
         return [note]
 
 
+class Scanners(dict[str, Scanner]):
+    """A run's scanner of each node, made when first asked for, so that one made for
+    ``ddptui attach``'s replay goes on following with the state the replay left."""
+
+    def __init__(self, parse: str | Sequence[str], patterns: Sequence[str]) -> None:
+        super().__init__()
+        self.tried = recognizers(parse, patterns)
+
+    def __missing__(self, node: str) -> Scanner:
+        made = self[node] = Scanner(node, self.tried)
+        return made
+
+
 def _lines_with(text: str, gates: Sequence[str]) -> list[str]:
     """The lines of ``text`` (each ending in a newline) that hold any of ``gates``, in order."""
     starts: set[int] = set()

@@ -47,6 +47,7 @@ class Scanner:
         self._counts: dict[int, int] = {}
         self._last: dict[tuple[int, str], tuple[object, dict[str, float]]] = {}
         self._records: set[int] = set()  # ranks that print @ddptui records
+        self._first: dict[int, Recognizer] = {}
 
     def scan(self, events: list[Event]) -> list[Event]:
         """``events`` with each recognized metric right after the line it came from."""
@@ -85,10 +86,11 @@ class Scanner:
                 return None
             lines = _lines_with(text, gates)
         found: list[Event] = []
-        for line in lines:
-            got = self._line(line, run.rank, run.time, run.attempt)
-            if got:
-                found.extend(got)
+        read, rank, t, attempt = self._read, run.rank, run.time, run.attempt
+        for line in lines:  # a run's lines hold no carriage return (ingest keeps them apart)
+            m = read(line, rank, t, attempt)
+            if m is not None:
+                found.append(m)
         return found
 
     def _line(self, text: str, rank: int, time: float, attempt: int) -> list[Event] | None:
@@ -104,7 +106,8 @@ class Scanner:
         return found
 
     def _read(self, text: str, rank: int, time: float, attempt: int) -> Metric | None:
-        for r in self.tried:
+        first = self._first.get(rank)  # the rank's last recognizer first: one stack a rank
+        for r in (first, *self.tried) if first is not None else self.tried:
             if r.gates and not any(g in text for g in r.gates):
                 continue
             reading = r.read(text)
@@ -120,6 +123,7 @@ class Scanner:
                     r.redraws or last[0] == step):
                 return None  # a bar drawn again: no new point
             self._last[key] = (step, reading.values)
+            self._first[rank] = r
             return Metric(self.node, rank, "metric", step, dict(reading.values), time, attempt,
                           {}, "", r.name, kind)
         return None

@@ -221,3 +221,24 @@ def test_recorded_points_read_back_and_print(tmp_path: Path) -> None:
     assert csv_lines[0] == "node,rank,step,step_kind,name,value,recognizer,time"
     assert csv_lines[1] == "n,0,0.02,epoch,loss,3.906,hf_trainer,0.0"
     assert len(list(as_text(found, "table"))) == len(found) + 1
+
+
+def test_a_bad_pattern_stops_the_cli_with_exit_2_naming_file_and_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ddptui.cli import main
+
+    path = tmp_path / "hosts.yaml"
+    path.write_text(hosts("  patterns:\n    - 'loss (?P<loss>[0-9.]+'\n"))
+    assert main(["--state-dir", str(tmp_path / "s"), "run", str(path), "--headless"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:4: metrics.patterns[0]: is not a regular expression" in err
+
+
+def test_logs_metrics_needs_a_run_that_recorded_some(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ddptui.cli import main
+
+    assert main(["--state-dir", str(tmp_path), "logs", "--metrics"]) == 2
+    assert main(["--state-dir", str(tmp_path), "logs", "nope", "--metrics", "--json"]) == 2
+    assert main(["--state-dir", str(tmp_path), "logs", "nope", "--csv"]) == 2
+    assert "needs a run id" in capsys.readouterr().err

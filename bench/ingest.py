@@ -18,6 +18,12 @@ per state as the tee marks them (``[ddptui R L] \r<state>``), an ordinary line e
 states, through the parser and then the parser, the bar keeper (``ddptui.bars``) and the
 store, as the controller does; against the same raw splitting of its own bytes.
 
+With ``--recognizers``, the metric recognizers' cost instead (``ddptui.metrics``, run on
+the parser's events as the follower does): the parser alone against the parser with every
+built-in recognizer, on a flood whose lines match none (no gate word in them) and on one whose
+every line is a nanoGPT ``iter N: loss X, time Yms, mfu Z%`` line, each as a ratio to the
+parser alone on the same bytes in the same rounds.
+
 Rounds alternate between the three and the medians are compared. Each is timed in CPU
 seconds of this process (``time.process_time``): the work is one thread's, and on a shared
 machine the wall clock also counts the time other programs held the cores. What it means: the rate
@@ -41,6 +47,7 @@ from scale_setup import median
 
 from ddptui.bars import BarKeeper
 from ddptui.ingest import parse_chunk, split_complete
+from ddptui.metrics.scan import Scanner
 from ddptui.nodelog import NodeLogParser
 from ddptui.store.store import Store
 
@@ -117,6 +124,64 @@ def parse_and_store(chunks: list[bytes], work: Path, bars: BarKeeper | None = No
     return n
 
 
+def metric_flood(lines: int, ranks: int, block: int, matching: bool) -> bytes:
+    """Lines that every recognizer passes over (``matching=False``), or that one reads."""
+    out = []
+    for n in range(lines):
+        r = (n // block) % ranks
+        if matching:
+            out.append(f"[ddptui {r} {r}] iter {n}: loss {1.0 / (1 + n % 977):.4f}, "
+                       f"time {10 + n % 7}.25ms, mfu 31.{n % 89:02d}%\n")
+        else:
+            out.append(f"[ddptui {r} {r}] step {n} rank {r} ppl 3.{n % 997:03d} "
+                       f"grad_norm 1.02 tokens/s 51234\n")
+    return "".join(out).encode()
+
+
+def parse_scan(chunks: list[bytes]) -> int:
+    parser, scanner = NodeLogParser("node1"), Scanner("node1")
+    return sum(len(scanner.scan(parse_chunk(parser, c, time.time()))) for c in chunks)
+
+
+def parse_scan_store(chunks: list[bytes], scan: bool = True) -> int:
+    work = Path(tempfile.mkdtemp(prefix="ddptui-bench-scan-"))
+    store, parser, scanner = Store(work), NodeLogParser("node1"), Scanner("node1")
+    store.add_node("node1", 0)
+    done = n = 0
+    for c in chunks:
+        events = parse_chunk(parser, c, time.time())
+        done += len(c)
+        events = scanner.scan(events) if scan else events
+        store.apply(events, {"node1": done})
+        n += len(events)
+    store.close()
+    shutil.rmtree(work, ignore_errors=True)
+    return n
+
+
+def recognizer_cost(opts: argparse.Namespace) -> int:
+    print(f"{opts.lines} lines from {opts.ranks} ranks in blocks of {opts.block}, "
+          f"{opts.rounds} rounds (medians, per CPU second):")
+    for matching in (False, True):
+        chunks = chunks_of(metric_flood(opts.lines, opts.ranks, opts.block, matching))
+        times: dict[str, list[float]] = {"parser": [], "scan": [], "store": [], "both": []}
+        for r in range(opts.rounds):
+            order = [("parser", parse_only), ("scan", parse_scan),
+                     ("store", lambda c: parse_scan_store(c, scan=False)),
+                     ("both", parse_scan_store)]
+            for name, fn in order[r % 4:] + order[:r % 4]:
+                t0 = time.process_time()
+                fn(chunks)
+                times[name].append(time.process_time() - t0)
+        rate = {k: opts.lines / median(v) for k, v in times.items()}
+        print(f"  {'every line a metric' if matching else 'no line a metric':20} parser "
+              f"{rate['parser']:12,.0f} lines/s, with recognizers {rate['scan']:12,.0f} "
+              f"lines/s: {rate['scan'] / rate['parser']:.3f}x")
+        print(f"  {'':20} parser + store {rate['store']:10,.0f} lines/s, with recognizers "
+              f"{rate['both']:10,.0f} lines/s: {rate['both'] / rate['store']:.3f}x")
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--lines", type=int, default=500_000)
@@ -124,7 +189,11 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--block", type=int, default=1000,
                    help="lines of one rank in a row (1: interleaved line by line)")
+    p.add_argument("--recognizers", action="store_true",
+                   help="the metric recognizers' cost (none match / every line matches)")
     opts = p.parse_args()
+    if opts.recognizers:
+        return recognizer_cost(opts)
     chunks = chunks_of(flood_bytes(opts.lines, opts.ranks, opts.block))
     bar_chunks = chunks_of(bar_bytes(opts.lines, opts.ranks, opts.block))
     work = Path(tempfile.mkdtemp(prefix="ddptui-bench-ingest-"))

@@ -77,6 +77,14 @@ def _parser() -> argparse.ArgumentParser:
     lg.add_argument("--telemetry", action="store_true",
                     help="print the run's telemetry samples (GPUs, CPU, memory, network) "
                          "instead of its lines")
+    lg.add_argument("--metrics", action="store_true",
+                    help="print every metric point of the run (node, rank, step, name, value, "
+                         "the recognizer that read it) instead of its lines")
+    shape = lg.add_mutually_exclusive_group()
+    shape.add_argument("--json", dest="shape", action="store_const", const="json",
+                       default="table", help="with --metrics: one JSON object a line")
+    shape.add_argument("--csv", dest="shape", action="store_const", const="csv",
+                       help="with --metrics: CSV with a header line")
     lg.add_argument("--check", action="store_true",
                     help="ask the nodes of runs whose controller is gone what is left of "
                          "them, and record it")
@@ -158,11 +166,18 @@ def _dispatch(args: argparse.Namespace) -> int:
     from ddptui.launch.outcome import LaunchError
     from ddptui.launch.session import Session
 
-    if args.command == "logs" and args.telemetry:
-        if args.run_id is None:
-            print("ddptui: logs --telemetry needs a run id; `ddptui logs` lists the runs",
-                  file=sys.stderr)
+    if args.command == "logs" and (args.telemetry or args.metrics or args.shape != "table"):
+        flag = "--telemetry" if args.telemetry else "--metrics"
+        if args.run_id is None or (args.shape != "table" and not args.metrics):
+            print(f"ddptui: logs {flag} needs a run id, and --json/--csv need --metrics; "
+                  "`ddptui logs` lists the runs", file=sys.stderr)
             return USAGE_EXIT
+    if args.command == "logs" and args.metrics:
+        from ddptui.faces.logs import show_metrics
+
+        return show_metrics(args.state_dir, args.run_id, style=args.shape, rank=args.rank,
+                            node=args.node)
+    if args.command == "logs" and args.telemetry:
         from ddptui.faces.logs import show_telemetry
 
         return show_telemetry(args.state_dir, args.run_id, node=args.node)

@@ -178,12 +178,18 @@ class Metric:
     node: str
     rank: int
     kind: str
-    step: int | None
+    step: int | float | None
     values: dict[str, float]
     time: float
     attempt: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
     text: str = ""  # the line as the rank printed it, for its per-rank log
+    #: What read it: "ddptui" for a record, else a recognizer of ``ddptui.metrics`` (whose
+    #: metrics carry no ``text``: their line stays an ordinary log line).
+    recognizer: str = "ddptui"
+    #: What ``step`` counts: "step" (iteration, global step), "epoch" (a fraction, so a
+    #: float), or "count" (the rank's matching lines so far: the line had no step).
+    step_kind: str = "step"
 
     def as_line(self) -> LogLine | None:
         """The record as the rank printed it, a line of its log: machine chatter (DEBUG)."""

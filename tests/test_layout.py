@@ -158,16 +158,19 @@ def test_no_module_reaches_into_another_objects_private_members() -> None:
 #: ``ddptui/launch/``'s size when its run life was spread over one class in six files: the
 #: rework into a session, phases, a stopper and watches made of callables must not grow it.
 LAUNCH_LINES = 4746
-#: Modules added to ``ddptui/launch/`` since, for new work: outside that budget, each named.
-ADDED_SINCE = {
-    "reserve.py",  # the rendezvous port reserved on the store's node (two runs, one port)
+#: What later work added to ``ddptui/launch/`` since, each named: a feature may grow it, a
+#: rework may not.
+GROWN_SINCE = {
+    "the rendezvous port reserved on the store's node (reserve.py, its phase, is_host)": 222,
+    "progress-bar states cut in the node's tee and kept by the bus": 51,
+    "metric scanners handed to the followers and to attach's replay": 6,
 }
 
 
-def test_the_launch_package_is_no_longer_than_before_its_rework() -> None:
-    n = sum(len(p.read_text().splitlines()) for p in (ROOT / "ddptui" / "launch").glob("*.py")
-            if p.name not in ADDED_SINCE)
-    assert n <= LAUNCH_LINES, f"ddptui/launch/ holds {n} lines (at most {LAUNCH_LINES})"
+def test_the_launch_package_grows_only_by_named_features() -> None:
+    n = sum(len(p.read_text().splitlines()) for p in (ROOT / "ddptui" / "launch").glob("*.py"))
+    most = LAUNCH_LINES + sum(GROWN_SINCE.values())
+    assert n <= most, f"ddptui/launch/ holds {n} lines (at most {most})"
 
 
 def test_nothing_below_the_faces_imports_them() -> None:

@@ -108,12 +108,13 @@ def test_parser_keys_are_the_schema_properties() -> None:
     assert list(schema["properties"]["defaults"]["properties"]) == list(DEFAULT_KEYS)
     assert props == {"node": list(NODE_KEYS), "rendezvous": list(RENDEZVOUS_KEYS),
                      "job": list(JOB_KEYS), "ssh": list(SSH_KEYS),
-                     "health": list(HEALTH_KEYS)}
+                     "health": list(HEALTH_KEYS), "metrics": ["parse", "patterns"]}
 
 
 @pytest.mark.parametrize(("section", "keys"), [
     ("defaults", DEFAULT_KEYS), ("rendezvous", RENDEZVOUS_KEYS), ("job", JOB_KEYS),
     ("ssh", SSH_KEYS), ("health", HEALTH_KEYS), ("node", NODE_KEYS),
+    ("metrics", ("parse", "patterns")),
 ])
 def test_parser_knows_every_schema_key(section: str, keys: tuple[str, ...]) -> None:
     """Asked of the parser's behaviour, not of the tuples both sides are built from."""

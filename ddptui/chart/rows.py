@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from ddptui.chart.braille import plot, tick_label
 from ddptui.chart.downsample import downsample
+from ddptui.metrics.recognizers import LABELS
 
 if TYPE_CHECKING:
     from ddptui.store.store import Store
@@ -26,10 +27,25 @@ Run = tuple[str, int]
 SeriesFn = Callable[[int, str], tuple[list[int], list[float]]]
 
 
+#: What a series' step counts, as the chart's title says it.
+STEP_WORDS = {"step": "by step", "epoch": "by epoch", "count": "by count: lines had no step"}
+
+
+def chart_title(metric: str, log_y: bool, source: tuple[str, str] | None) -> str:
+    """``loss by step (Hugging Face Trainer)``: the series, what x counts, who read it."""
+    recognizer, kind = source or ("ddptui", "step")
+    label = LABELS.get(recognizer, recognizer)
+    said = "" if recognizer == "ddptui" else f" ({label})"
+    return f"{metric}{' (log)' if log_y else ''} {STEP_WORDS.get(kind, 'by step')}{said} "
+
+
 def chart_rows(metric: str, log_y: bool, ranks: Sequence[int], series: SeriesFn,
-               width: int, height: int) -> tuple[list[list[Run]], dict[int, int]]:
+               width: int, height: int, source: tuple[str, str] | None = None,
+               past: Sequence[tuple[list[float], list[float]]] = ()
+               ) -> tuple[list[list[Run]], dict[int, int]]:
     """The chart's rows (a title, the plot with its y labels, the x axis) and how many
-    points each rank got."""
+    points each rank got; ``past``: a past run's series of the same name, drawn dimmed
+    beneath."""
     plot_w, plot_h = max(1, width - Y_LABEL - 1), max(1, height - 3)
     names: list[int] = []
     data: list[tuple[list[float], list[float]]] = []
@@ -40,10 +56,13 @@ def chart_rows(metric: str, log_y: bool, ranks: Sequence[int], series: SeriesFn,
             # a bucket per cell keeps its min and max: the cell's two dot columns
             data.append(downsample(xs, ys, plot_w))  # type: ignore[arg-type]
     plotted = {r: len(d[0]) for r, d in zip(names, data, strict=True)}
-    title: list[Run] = [(f"{metric}{' (log)' if log_y else ''} by step ", BOLD)]
+    title: list[Run] = [(chart_title(metric, log_y, source), BOLD)]
     title += [(f"r{rank} ", i) for i, rank in enumerate(names)]
+    old = [downsample(xs, ys, plot_w) for xs, ys in past if xs]  # type: ignore[arg-type]
+    if old:
+        title.append(("past run", DIM))
     rows = [title]
-    frame = plot(data, plot_w, plot_h, log_y=log_y)
+    frame = plot(old + data, plot_w, plot_h, log_y=log_y)
     if frame is None:
         rows.append([(f"{'':{Y_LABEL}} no points yet", DIM)])
         return rows, plotted
@@ -56,8 +75,8 @@ def chart_rows(metric: str, log_y: bool, ranks: Sequence[int], series: SeriesFn,
         for c in range(1, len(cells) + 1):
             next_owner = cells[c][1] if c < len(cells) else -2
             if next_owner != owner:
-                runs.append(("".join(ch for ch, _ in cells[start:c]),
-                             owner if owner >= 0 else PLAIN))
+                style = owner - len(old) if owner >= len(old) else DIM if owner >= 0 else PLAIN
+                runs.append(("".join(ch for ch, _ in cells[start:c]), style))
                 owner, start = next_owner, c
         rows.append(runs)
     x0, x1 = frame.x_range
@@ -68,8 +87,10 @@ def chart_rows(metric: str, log_y: bool, ranks: Sequence[int], series: SeriesFn,
     return rows, plotted
 
 
-def store_chart(store: Store, metric: str, log_y: bool, width: int, height: int
+def store_chart(store: Store, metric: str, log_y: bool, width: int, height: int,
+                past: Sequence[tuple[list[float], list[float]]] = ()
                 ) -> tuple[list[list[Run]], dict[int, int]]:
     """The chart of every rank ``store`` knows: the engine's, or the dashboard's replica's."""
     ranks = [r.rank for r in store.rank_views()]
-    return chart_rows(metric, log_y, ranks, store.series, width, height)
+    return chart_rows(metric, log_y, ranks, store.series, width, height,
+                      store.series_source.get(metric), past)

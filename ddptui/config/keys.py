@@ -16,6 +16,7 @@ from ddptui.config.model import (
     HostsConfig,
     JobConfig,
     Key,
+    MetricsConfig,
     NodeConfig,
     RendezvousConfig,
     SSHOptions,
@@ -26,7 +27,7 @@ T = TypeVar("T")
 
 #: Every class whose fields are keys of the file: the top level, then its sections.
 SECTIONS: tuple[type, ...] = (HostsConfig, NodeConfig, RendezvousConfig, JobConfig, SSHOptions,
-                             HealthConfig)
+                             HealthConfig, MetricsConfig)
 
 
 def file_fields(cls: type) -> list[tuple[str, Key]]:

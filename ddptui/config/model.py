@@ -199,6 +199,18 @@ class HealthConfig:
 
 
 @dataclass(frozen=True)
+class MetricsConfig:
+    """Which lines of the ranks' own output become chart series, beside `@ddptui` records."""
+
+    parse: str | tuple[str, ...] = field(default="auto", metadata=key(
+        v.METRIC_PARSE, hints=("recognizers", "parsers", "recognize")))
+    """`auto` (every recognizer ddptui knows), `off`, or a list of recognizer names."""
+    patterns: tuple[str, ...] = field(default=(), metadata=key(
+        v.METRIC_PATTERNS, hints=("regex", "regexes", "pattern")))
+    """Regular expressions tried first on each rank line: named group `step`, and series."""
+
+
+@dataclass(frozen=True)
 class HostsConfig:
     """A ddptui hosts file: which machines run a PyTorch DDP job, how to reach them, what runs."""
 
@@ -216,6 +228,8 @@ class HostsConfig:
     """How ddptui connects to the nodes."""
     health: HealthConfig = field(default=HealthConfig(), metadata=key())
     """When a rank counts as stalled or a straggler, a node as lost; whether nodes are sampled."""
+    metrics: MetricsConfig = field(default=MetricsConfig(), metadata=key(hints=("charts",)))
+    """Which lines of the ranks' output ddptui reads as metrics; default: every stack it knows."""
     secret_env: tuple[str, ...] = field(default=(), metadata=key(
         v.ENV_NAMES, hints=("secrets", "secret", "mask_env")))
     """More `env` names to keep secret, beyond those named like one (`*TOKEN*`, `*KEY*`, ...)."""
@@ -252,6 +266,9 @@ class HostsConfig:
         d["job"]["args"] = list(self.job.args)
         d["secret_env"] = list(self.secret_env)
         d["withheld_env"] = list(self.withheld_env)
+        d["metrics"]["patterns"] = list(self.metrics.patterns)
+        if not isinstance(self.metrics.parse, str):
+            d["metrics"]["parse"] = list(self.metrics.parse)
         return d
 
     @classmethod
@@ -269,7 +286,14 @@ class HostsConfig:
             health=HealthConfig(**d.get("health", {})),
             secret_env=tuple(d.get("secret_env", ())),
             withheld_env=tuple(d.get("withheld_env", ())),
+            metrics=_metrics(d.get("metrics", {})),
         )
+
+
+def _metrics(d: Mapping[str, Any]) -> MetricsConfig:
+    parse = d.get("parse", "auto")
+    return MetricsConfig(parse if isinstance(parse, str) else tuple(parse),
+                         tuple(d.get("patterns", ())))
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from ddptui.config.model import (
     HealthConfig,
     HostsConfig,
     JobConfig,
+    MetricsConfig,
     NodeConfig,
     Problem,
     RendezvousConfig,
@@ -70,10 +71,20 @@ class _HostsParser(NodeWalker):
             return None
         nodes = self.nodes(top["nodes"], defaults, rendezvous.backend)
         secret_env = self.secret_env(top.get("secret_env"), nodes)
+        metrics = self.metrics(top.get("metrics"))
         if self.problems:
             return None
         return HostsConfig(self.path, tuple(nodes), rendezvous, job, ssh, health,
-                           secret_env=secret_env)
+                           secret_env=secret_env, metrics=metrics)
+
+    def metrics(self, entry: Entry | None) -> MetricsConfig:
+        """Each pattern checked on its own line: a bad one is named where it is written."""
+        v, _, entries = self.section(entry, "metrics", MetricsConfig)
+        if "patterns" in entries:
+            rule = checks_of(MetricsConfig)["patterns"]
+            assert isinstance(rule, ListOf)
+            v["patterns"] = self.job_args(entries["patterns"], rule.item, "metrics.patterns")
+        return build(MetricsConfig, v)
 
     def section(
         self, entry: Entry | None, name: str, cls: type,
@@ -196,17 +207,19 @@ class _HostsParser(NodeWalker):
         if isinstance(value_node, yaml.ScalarNode) and value_node.tag == NULL_TAG:
             return ()
         items = self.sequence(value_node)
+        field = name if "." in name else f"job.{name}"
         if items is None:
             example = {"args": "`args: [--epochs, '3']`",
                        "exclude": "`exclude: [data/, '*.log']`",
-                       "setup": "`setup: ['pip install -r requirements.txt']`"}[name]
-            self.problem(line_of(value_node), f"job.{name}",
+                       "setup": "`setup: ['pip install -r requirements.txt']`",
+                       "metrics.patterns": r"`patterns: ['acc (?P<acc>[0-9.]+)']`"}[name]
+            self.problem(line_of(value_node), field,
                          f"must be a list of strings, not {self.describe(value_node)}; write "
                          f"{example} or one `- item` per line.")
             return ()
         out: list[str] = []
         for i, node in enumerate(items):
-            value = self.check(node, f"job.{name}[{i}]", item)
+            value = self.check(node, f"{field}[{i}]", item)
             if value is not MISSING:
                 out.append(value)
         return tuple(out)

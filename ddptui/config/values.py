@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NoReturn
 
+from ddptui.metrics import recognizers
+
 NprocPerNode = int | Literal["gpu", "cpu", "auto"]
 
 NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
@@ -366,3 +368,32 @@ COMMANDS = ListOf(Check(_command, {"type": "string", "pattern": _NO_NUL}, "strin
 ENV = MappingOf(ENV_VALUE, RESERVED_ENV, "mapping NAME: value")
 ENV_NAMES = ListOf(Check(_env_name, {"type": "string", "pattern": f"^{ENV_NAME}$"}, "string"),
                    "list of names")
+
+
+def _metric_parse(value: Any) -> str | tuple[str, ...]:
+    if value in ("auto", "off") or value is False:
+        return "off" if value is False else value
+    if isinstance(value, list) and all(isinstance(x, str) for x in value):
+        unknown = [x for x in value if x not in recognizers.NAMES]
+        if unknown:
+            raise Invalid(f"names {', '.join(map(show, unknown))}, which ddptui does not know; "
+                          f"the recognizers are {', '.join(recognizers.NAMES)}.")
+        return tuple(value)
+    _fail(f"auto, off, or a list of recognizer names ({', '.join(recognizers.NAMES)})", value)
+
+
+def _metric_pattern(value: Any) -> str:
+    if not isinstance(value, str):
+        _fail("a regular expression in quotes", value)
+    problem = recognizers.pattern_problem(value)
+    if problem is not None:
+        raise Invalid(problem)
+    return value
+
+
+METRIC_PARSE = Check(_metric_parse, {"anyOf": [
+    {"enum": ["auto", "off", False]},
+    {"type": "array", "items": {"enum": list(recognizers.NAMES)}},
+]}, "`auto`, `off` or list of names")
+METRIC_PATTERNS = ListOf(Check(_metric_pattern, {"type": "string"}, "string"),
+                         "list of regular expressions")

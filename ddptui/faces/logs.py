@@ -115,3 +115,27 @@ def show_telemetry(root: Path | None, run_id: str, *, node: str | None = None,
     for sample in read_telemetry(d, node):
         out.write(sample_line(sample) + "\n")
     return 0
+
+
+def show_metrics(root: Path | None, run_id: str, *, style: str = "table",
+                 rank: int | None = None, node: str | None = None,
+                 out: TextIO = sys.stdout) -> int:
+    """``ddptui logs RUN_ID --metrics``: every point the run recorded, one a line."""
+    from ddptui.metrics.points import as_text, points
+
+    base = state_root(root)
+    d = rundir.run_dir(base, run_id)
+    if not (d / rundir.RUN_JSON).exists():
+        sys.stderr.write(f"ddptui: {no_run(base, run_id)}\n")
+        return 2
+    path = d / rundir.METRICS
+    if not path.exists():
+        sys.stderr.write(f"ddptui: run {run_id} recorded no metrics (no {rundir.METRICS} in "
+                         f"{d}): its ranks printed no line ddptui reads as one\n")
+        return 2
+    with open(path, encoding="utf-8", errors="replace") as f:
+        found = (p for p in points(f) if (rank is None or p.rank == rank)
+                 and (node is None or p.node == node))
+        for line in as_text(found, style):
+            out.write(line + "\n")
+    return 0

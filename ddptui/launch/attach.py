@@ -10,7 +10,7 @@ may declare it lost); only when none can be reached does attaching fail.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from ddptui.bars import BarKeeper
@@ -21,6 +21,7 @@ from ddptui.launch import nodeops, torchrun_tee
 from ddptui.launch.outcome import LaunchError
 from ddptui.launch.ports import NodePool
 from ddptui.launch.reach import map_at_once
+from ddptui.metrics.scan import Scanner
 from ddptui.nodelog import NodeLogParser
 from ddptui.run_state import NodeRecord, RunRecord
 from ddptui.store import rundir
@@ -90,7 +91,8 @@ def caught_in_launch(run_id: str, held: Mapping[str, str]) -> str:
             "removed on every node. Run the job again.")
 
 
-def replay_raw_logs(store: Store, run_dir: Path, nodes: list[str]) -> dict[str, NodeLogParser]:
+def replay_raw_logs(store: Store, run_dir: Path, nodes: Iterable[str],
+                    scanner: Mapping[str, Scanner]) -> dict[str, NodeLogParser]:
     """Rebuild ``store``'s memory from the raw copies; mirror only what the checkpoint lacks.
 
     Call it before ``store`` has mirrored anything: recovery truncates the mirror's files. The
@@ -109,8 +111,9 @@ def replay_raw_logs(store: Store, run_dir: Path, nodes: list[str]) -> dict[str, 
                 f.truncate(len(whole))
         done = min(raw_done.get(name, 0), len(whole))
         now = time.time()
+        scan = scanner[name].scan  # every state read for metrics, before the keeper drops any
         bars = BarKeeper()  # a bar's states read at once: the first, the last before a line
-        store.apply(bars.take(parse_chunk(parser, whole[:done], now)), mirror=False)
-        store.apply(bars.take(parse_chunk(parser, whole[done:], now)) + bars.drain(),
+        store.apply(bars.take(scan(parse_chunk(parser, whole[:done], now))), mirror=False)
+        store.apply(bars.take(scan(parse_chunk(parser, whole[done:], now))) + bars.drain(),
                     {name: len(whole)})
     return parsers

@@ -29,6 +29,7 @@ from ddptui.ingest import parse_chunk, split_complete
 from ddptui.launch import nodeops, torchrun_tee
 from ddptui.launch.doorbell import Doorbell
 from ddptui.launch.outcome import node_end
+from ddptui.metrics.scan import Scanner
 from ddptui.nodelog import NodeLogParser
 from ddptui.store import rundir
 from ddptui.transport.base import Transport, TransportError
@@ -144,6 +145,7 @@ class NodeFollower(threading.Thread):
         masker: Masker | None = None,
         chunk: int = CHUNK,
         python: str | None = None,
+        scanner: Scanner | None = None,
     ) -> None:
         super().__init__(name=f"follow-{node}", daemon=True)
         self.node = node
@@ -151,6 +153,7 @@ class NodeFollower(threading.Thread):
         self.node_dir = node_dir
         self.raw_path = raw_path
         self.parser = parser
+        self.scanner = scanner or Scanner(node, ())  # the ranks' own metric lines
         self.out = out
         self.pgid = pgid
         self.stopping = stopping
@@ -202,7 +205,7 @@ class NodeFollower(threading.Thread):
             except OSError as e:
                 self.disk_error = f"cannot write {self.raw_path}: {e.strerror or e}"
         self.offset += len(data)
-        return parse_chunk(self.parser, data, time.time())
+        return self.scanner.scan(parse_chunk(self.parser, data, time.time()))
 
     def _claim_end(self) -> bool:
         """True once: the node's end (exit code, lost, crash) is reported exactly once, whether

@@ -38,6 +38,7 @@ from ddptui.launch.standby import Standby
 from ddptui.launch.stopper import Stopper, stop_all, targets
 from ddptui.launch.telemetry import Samplers
 from ddptui.launch.watch import HealthWatch
+from ddptui.metrics.scan import Scanners
 from ddptui.nccl import NcclFacts
 from ddptui.nodelog import NodeLogParser
 from ddptui.run_state import (
@@ -69,7 +70,7 @@ class Session:
     def __init__(self, config: HostsConfig, *, state_root: Path | None = None,
                  run_id: str | None = None, poll: float = 0.2,
                  record: RunRecord | None = None) -> None:
-        self.config = config
+        self.config, self.scanner = config, Scanners(config.metrics.parse, config.metrics.patterns)
         self.root = resolve_state_root(state_root)
         self.run_id = run_id or new_run_id(datetime.now(), secrets.token_hex(2))
         self.local_dir = rundir.run_dir(self.root, self.run_id)
@@ -207,9 +208,8 @@ class Session:
         for node in self.config.nodes:
             name = node.name
             f = NodeFollower(
-                node=name, transport=self.pool.get(name),
-                node_dir=self.recorder.node_dir(name),
-                raw_path=rundir.node_log(self.local_dir, name),
+                node=name, transport=self.pool.get(name), node_dir=self.recorder.node_dir(name),
+                raw_path=rundir.node_log(self.local_dir, name), scanner=self.scanner[name],
                 parser=parsers.get(name) or NodeLogParser(name), out=self.bus.queue,
                 masker=self.masker, pgid=self.recorder.pgid(name), stopping=self._stopping,
                 reconnect=lambda node=node: self.pool.open(node), poll=self.poll,
@@ -378,7 +378,7 @@ class Session:
         """The store rebuilt from the raw copies, the nodes reconnected, their withheld
         secrets read back, and (``follow``) following resumed where the copies end. A run
         its ddptui left mid-launch is let go only if every node was; else it is undone."""
-        parsers = attach.replay_raw_logs(self.store, self.local_dir, list(record.nodes))
+        parsers = attach.replay_raw_logs(self.store, self.local_dir, record.nodes, self.scanner)
         self.evidence.seed(self.store)
         self.evidence.nccl.reread(self.local_dir, list(record.nodes), record.nccl)
         launching = record.status is RunStatus.LAUNCHING

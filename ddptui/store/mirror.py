@@ -109,6 +109,8 @@ def _records_by_file(events: Iterable[Event]) -> dict[str, list[str]]:
         if isinstance(ev, Metric):
             rec = {"node": ev.node, "rank": ev.rank, "kind": ev.kind, "step": ev.step,
                    "time": ev.time, "attempt": ev.attempt, **ev.values, **ev.extra}
+            if ev.recognizer != "ddptui":  # read from an ordinary line (ddptui.metrics)
+                rec.update(recognizer=ev.recognizer, step_kind=ev.step_kind)
             per_file.setdefault(rundir.METRICS, []).append(json.dumps(rec))
         elif not isinstance(ev, LogLine):
             per_file.setdefault(rundir.EVENTS, []).append(json.dumps(event_record(ev)))

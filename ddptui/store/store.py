@@ -55,6 +55,7 @@ class Store:
         self._rank_lines: dict[int, LineRing] = {}
         self._rank_lines_max = rank_lines
         self._series: dict[tuple[int, str], Series] = {}
+        self.series_source: dict[str, tuple[str, str]] = {}  # name: (recognizer, step kind)
         self._series_max = series_points
         self._tap: Callable[[Change], None] | None = None
         self.not_live = 0  # lines a replica too far behind was not sent (see skip_lines)
@@ -146,6 +147,7 @@ class Store:
                 "lines": self._lines.tail(),
                 "rank_lines": {r: ring.tail() for r, ring in self._rank_lines.items()},
                 "series": {k: (list(s.steps), list(s.values)) for k, s in self._series.items()},
+                "series_source": dict(self.series_source),
                 "nodes": [copy_node(n) for n in self.nodes.values()],
                 "ranks": [RankView(**vars(r)) for r in self.ranks.values()],
                 "failures": list(self.failures),
@@ -170,6 +172,7 @@ class Store:
             s._rank_lines[r].extend(lines)
         for key, (steps, values) in snapshot["series"].items():
             s._series[key] = Series(deque(steps, maxlen=points), deque(values, maxlen=points))
+        s.series_source = dict(snapshot.get("series_source", {}))
         s.nodes = {n.name: n for n in snapshot["nodes"]}
         s.ranks = {r.rank: r for r in snapshot["ranks"]}
         s.failures = list(snapshot["failures"])
@@ -301,9 +304,13 @@ class Store:
             s = self._series.get(key)
             if s is None:
                 s = self._series[key] = Series.empty(self._series_max)
+            self.series_source[name] = (ev.recognizer, ev.step_kind)
+            self.points += 1
+            if s.steps and s.steps[-1] == ev.step:  # a later value of the same step wins
+                s.values[-1] = value
+                continue
             s.steps.append(ev.step)
             s.values.append(value)
-            self.points += 1
 
     @property
     def seq(self) -> int:

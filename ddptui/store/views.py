@@ -56,7 +56,7 @@ class RunInfo:
 class Series:
     """One metric of one rank: parallel step/value columns, bounded."""
 
-    steps: deque[int]
+    steps: deque[int | float]  # an epoch fraction's are floats
     values: deque[float]
 
     @classmethod

@@ -1,0 +1,1 @@
+"""Metric lines of real training stacks, read from the ranks' own output (see recognizers)."""

@@ -1,0 +1,92 @@
+"""A run's recorded metric points, as ``metrics.jsonl`` holds them: for ``ddptui logs
+--metrics``, for notebooks, and for the dashboard's overlay of a past run.
+
+One record a line, written by the store's mirror from each :class:`~ddptui.events.Metric`:
+its node, rank, kind, step, time and attempt, then every value by name. A record of ddptui's
+own carries no recognizer (``@ddptui``); a recognized one names it and its step kind. Pure: the
+lines come in, points go out.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+
+#: A record's fields that are not series values.
+FIELDS = frozenset({"node", "rank", "kind", "step", "time", "attempt", "recognizer",
+                    "step_kind", "seq"})
+COLUMNS = ("node", "rank", "step", "step_kind", "name", "value", "recognizer", "time")
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    node: str
+    rank: int
+    step: int | float | None
+    step_kind: str
+    name: str
+    value: float
+    recognizer: str
+    time: float
+
+
+def points(lines: Iterable[str]) -> Iterator[Point]:
+    """Every numeric value of every record, in the order recorded; a torn or foreign line
+    (a killed controller's last) is passed over."""
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(rec, dict):
+            continue
+        head = (str(rec.get("node", "")), int(rec.get("rank", -1)), rec.get("step"),
+                str(rec.get("step_kind", "step")))
+        by = str(rec.get("recognizer", "ddptui"))
+        t = float(rec.get("time", 0.0))
+        for name, value in rec.items():
+            if name in FIELDS or isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            yield Point(*head, name, float(value), by, t)
+
+
+def series_of(found: Iterable[Point], name: str) -> dict[int, tuple[list[float], list[float]]]:
+    """Each rank's (steps, values) of series ``name``: what the overlay draws."""
+    out: dict[int, tuple[list[float], list[float]]] = {}
+    for p in found:
+        if p.name != name or p.step is None:
+            continue
+        xs, ys = out.setdefault(p.rank, ([], []))
+        if xs and xs[-1] == p.step:  # a later value of the same step wins, as in the store
+            ys[-1] = p.value
+            continue
+        xs.append(float(p.step))
+        ys.append(p.value)
+    return out
+
+
+def as_text(found: Iterable[Point], style: str) -> Iterator[str]:
+    """Lines to print: ``json`` (one object a point), ``csv`` (a header first), or columns."""
+    if style == "json":
+        for p in found:
+            yield json.dumps(asdict(p))
+        return
+    if style == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="")
+        w.writerow(COLUMNS)
+        yield buf.getvalue()
+        for p in found:
+            buf.seek(0)
+            buf.truncate()
+            w.writerow([getattr(p, c) for c in COLUMNS])
+            yield buf.getvalue()
+        return
+    yield f"{'NODE':<12} {'RANK':>4} {'STEP':>10} {'KIND':<6} {'NAME':<24} {'VALUE':>12}  BY"
+    for p in found:
+        step = "-" if p.step is None else f"{p.step:g}"
+        yield (f"{p.node:<12} {p.rank:>4} {step:>10} {p.step_kind:<6} {p.name:<24} "
+               f"{p.value:>12.6g}  {p.recognizer}")

@@ -164,6 +164,7 @@ GROWN_SINCE = {
     "the rendezvous port reserved on the store's node (reserve.py, its phase, is_host)": 222,
     "progress-bar states cut in the node's tee and kept by the bus": 51,
     "metric scanners handed to the followers and to attach's replay": 6,
+    "a lost node's lines fetched when reached again, and what was stopped there said": 9,
 }
 
 

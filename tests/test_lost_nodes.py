@@ -7,6 +7,7 @@ answering, TCP connections stall rather than fail, as behind a cut cable.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import threading
@@ -20,7 +21,8 @@ from jobs import ddptui, marked_pids, run_id_of, seqs, spawn_ddptui, write_job
 from test_ssh_run import hosts, only_sshd_left, wait_until
 
 from ddptui.events import NodeStatus
-from ddptui.launch.liveness import Watch
+from ddptui.launch.liveness import Watch, reached_again
+from ddptui.launch.nodeops import StopResult
 
 
 class Follower:
@@ -205,12 +207,38 @@ def test_a_long_partition_fails_the_run_and_nothing_is_left_after_heal(
         link(c, "node2", "up")
     text = out.read_text()
     assert summary(text)[0].startswith("ddptui: node node2 was lost"), text[-3000:]
-    assert "ddptui: node node2: reached again; nothing of the run is left there" in text
+    reached = next(ln for ln in text.splitlines() if ln.startswith("ddptui: node node2: "))
+    # what the ranks left there may have died with node1's store by then, or still run
+    assert re.fullmatch(r"ddptui: node node2: reached again; fetched the \d+ line\(s\) its "
+                        r"ranks and agent wrote while cut off; (stopped \d+ process\(es\) of "
+                        r"the run still running there \(pids [\d, ]+\)(, \d+ of them by "
+                        r"SIGKILL)?|nothing of the run is left there)", reached), reached
     assert marked_pids(run_id) == []
     wait_until(lambda: only_sshd_left(c), 10, "both hosts to hold nothing of the run")
     meta = read_meta(state, run_id)
     assert meta["status"] == "failed" and meta["unstopped"] == []
-    assert "reached again" in next(n for n in meta["nodes"] if n["name"] == "node2")["cleanup"]
+    assert next(n for n in meta["nodes"] if n["name"] == "node2")["cleanup"] == reached[20:]
+    # every line node2's ranks wrote, the cut included, is here once and in order
+    there = next(tmp_path.glob(f"work-node2/.ddptui/runs/{run_id}/*/node.log")).read_text()
+    for rank in (2, 3):
+        wrote = [int(m.group(1)) for m in re.finditer(
+            rf"^\[ddptui {rank} \d+\] \[seq (\d+)\] rank {rank} says hello$", there, re.M)]
+        kept = seqs(state / "runs" / run_id / "ranks" / f"rank{rank}.log")
+        assert kept == wrote == list(range(len(wrote))), rank
+        shown = sum(1 for ln in text.splitlines() if ln.endswith(f"rank {rank} says hello"))
+        assert len(wrote) > shown + 20, "lines were written behind the cut"  # 20 a second
+
+
+def test_what_the_reaper_did_is_said_plainly() -> None:
+    none = StopResult([], [], [])
+    assert reached_again(0, none, "r") == "reached again; nothing of the run is left there"
+    said = reached_again(94, StopResult([11, 12], [12], []), "r")
+    assert said == ("reached again; fetched the 94 line(s) its ranks and agent wrote while cut "
+                    "off; stopped 2 process(es) of the run still running there (pids 11, 12), "
+                    "1 of them by SIGKILL")
+    said = reached_again("TransportError: gone", StopResult([11], [11], [11]), "r")
+    assert "could not be fetched (TransportError: gone); `ddptui attach r` fetches it" in said
+    assert said.endswith("processes [11] of the run are still alive after a stop")
 
 
 @pytest.mark.cluster

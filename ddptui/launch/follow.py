@@ -272,6 +272,20 @@ class NodeFollower(threading.Thread):
             rest, self._buf = self._buf, b""
             self._emit(self._take(raw, rest))
 
+    def catch_up(self, transport: Transport, most: int = CHUNK * 16) -> list[Event]:
+        """A lost node, reached again after its run ended: what it wrote while cut off, from
+        where following stopped to its end (at most ``most`` bytes), as following takes it."""
+        events: list[Event] = []
+        with open(self.raw_path, "ab") as raw:
+            for _ in range(max(1, most // self.chunk)):
+                data = transport.read_from(self._remote(rundir.NODE_LOG), self.offset, self.chunk)
+                whole, _rest = split_complete(data)
+                last = len(data) < self.chunk  # the end: a last line without its newline too
+                events += self._take(raw, data if last else whole) if data else []
+                if last or not whole:
+                    break
+        return events
+
     def _exit_code(self) -> int | None:
         try:
             data = self.transport.read_from(self._remote(rundir.EXIT_CODE), 0, 64)

@@ -31,12 +31,15 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
+from ddptui.bars import BarKeeper
 from ddptui.config import HostsConfig
-from ddptui.events import NodeStatus
+from ddptui.events import LineRun, LogLine, NodeStatus
 from ddptui.launch.follow import NodeFollower
+from ddptui.launch.nodeops import StopResult
 from ddptui.launch.reach import connect
 from ddptui.launch.stopper import Stopper
 from ddptui.store.record import Recorder
+from ddptui.store.store import Store
 from ddptui.transport.base import Transport
 
 #: After the run's end, lost nodes are sought for this many times ``lost_after``.
@@ -127,25 +130,29 @@ class Watch(threading.Thread):
 
 
 class Reaper(threading.Thread):
-    """After the run's end: reach each lost node within ``seconds`` and stop what is left.
+    """After the run's end: reach each lost node within ``seconds``, fetch what it wrote
+    while cut off, and stop what is left.
 
     Args:
         connect: A fresh connection to a node (the run's own were given up).
-        stop: Stops the run on a node through the connection given: what is left there.
+        fetch: Reads what the node wrote since following stopped into the run's logs here;
+            the lines fetched. Before the stop: what the stop ends is the last of it.
+        stop: Stops the run on a node through the connection given.
         record: Saves what was done on a node reached (node, words) and the nodes not
             reached yet.
     """
 
     def __init__(self, names: list[str], seconds: float, *, run_id: str,
                  connect: Callable[[str], Transport],
-                 stop: Callable[[str, Transport], list[int]],
+                 fetch: Callable[[str, Transport], int],
+                 stop: Callable[[str, Transport], StopResult],
                  record: Callable[[str, str, list[str]], None],
                  retry: float = 1.0) -> None:
         super().__init__(name="ddptui-reaper", daemon=True)
         self.pending = list(names)
         self.seconds = seconds
         self.run_id = run_id
-        self.connect, self.stop, self.record = connect, stop, record
+        self.connect, self.fetch, self.stop, self.record = connect, fetch, stop, record
         self.retry = retry
         self.cancel = threading.Event()
         self.report: dict[str, str] = {}  # node -> what was done there, in ddptui's words
@@ -157,7 +164,11 @@ class Reaper(threading.Thread):
                 transport = None
                 try:
                     transport = self.connect(name)
-                    left = self.stop(name, transport)
+                    try:
+                        fetched: int | str = self.fetch(name, transport)
+                    except Exception as e:  # what is there stays there, for attach
+                        fetched = f"{type(e).__name__}: {e}"
+                    found = self.stop(name, transport)
                 except Exception:
                     continue
                 finally:
@@ -165,9 +176,7 @@ class Reaper(threading.Thread):
                         with contextlib.suppress(Exception):
                             transport.close()
                 self.pending.remove(name)
-                self.report[name] = ("reached again; nothing of the run is left there"
-                                     if not left else
-                                     f"reached again, but processes {left} are still alive")
+                self.report[name] = reached_again(fetched, found, self.run_id)
                 self.record(name, self.report[name], list(self.pending))
             if time.monotonic() >= end or self.cancel.wait(self.retry):
                 break
@@ -177,8 +186,41 @@ class Reaper(threading.Thread):
                                  "once the node answers")
 
 
+def reached_again(fetched: int | str, found: StopResult, run_id: str) -> str:
+    """What the reaper did on a node it reached, plainly: the lines it fetched (or why it
+    could not) and the processes it stopped there."""
+    parts = ["reached again"]
+    if isinstance(fetched, str):
+        parts.append(f"what it wrote while cut off could not be fetched ({fetched}); "
+                     f"`ddptui attach {run_id}` fetches it later")
+    elif fetched:
+        parts.append(f"fetched the {fetched} line(s) its ranks and agent wrote while cut off")
+    pids = ", ".join(str(p) for p in found.found)
+    if found.leftover:
+        parts.append(f"processes {found.leftover} of the run are still alive after a stop")
+    elif found.found:
+        killed = f", {len(found.killed)} of them by SIGKILL" if found.killed else ""
+        parts.append(f"stopped {len(found.found)} process(es) of the run still running there "
+                     f"(pids {pids}){killed}")
+    else:
+        parts.append("nothing of the run is left there")
+    return "; ".join(parts)
+
+
+def fetch_into(store: Store, follower: NodeFollower, transport: Transport) -> int:
+    """What a lost node wrote while cut off, into the run's logs here (the store, closed at
+    the run's end, opens its files again for it and closes them after); the lines fetched."""
+    events = follower.catch_up(transport)
+    if events:
+        keeper = BarKeeper()
+        store.apply(keeper.take(events) + keeper.drain(), {follower.node: follower.offset})
+        store.close()
+    return sum(e.count if type(e) is LineRun else 1 for e in events
+               if type(e) is LineRun or type(e) is LogLine)
+
+
 def reap(names: list[str], config: HostsConfig, run_id: str, stopper: Stopper,
-         recorder: Recorder) -> Reaper | None:
+         recorder: Recorder, fetch: Callable[[str, Transport], int]) -> Reaper | None:
     """Start seeking the run's lost nodes ``names``, if any, once the run has ended; what it
     finds goes to ``run.json`` (each node's ``cleanup``, the ``unstopped`` list)."""
     if not names:
@@ -191,7 +233,7 @@ def reap(names: list[str], config: HostsConfig, run_id: str, stopper: Stopper,
         recorder.update(unstopped=pending)
 
     reaper = Reaper(names, REAP_FACTOR * config.health.lost_after, run_id=run_id,
-                    connect=lambda name: connect(config.node(name), config),
-                    stop=lambda name, t: stopper.stop(name, grace, t), record=record)
+                    connect=lambda name: connect(config.node(name), config), fetch=fetch,
+                    stop=lambda name, t: stopper.stop_found(name, grace, t), record=record)
     reaper.start()
     return reaper

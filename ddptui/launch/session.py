@@ -28,7 +28,7 @@ from ddptui.launch.bus import EventBus, Listener
 from ddptui.launch.evidence import Evidence
 from ddptui.launch.faults import OwnFaults
 from ddptui.launch.follow import Batch, Finished, NodeFollower, read_size, tune_gc
-from ddptui.launch.liveness import Reaper, Watch, reap
+from ddptui.launch.liveness import Reaper, Watch, fetch_into, reap
 from ddptui.launch.outcome import LaunchError, RunResult, StopReport, run_end
 from ddptui.launch.plan import Plan, new_run_id
 from ddptui.launch.ports import Abort, LaunchContext, NodePool
@@ -263,9 +263,9 @@ class Session:
         lost = [n for n, f in self._finished.items() if f.status is NodeStatus.LOST]
         for n in lost:  # the connection of a node given up by a stop may be blocked as well
             self.pool.drop(n)
-        known = self.recorder.nodes()
-        self.reaper = reap([n for n in lost if n in known], self.config, self.run_id,
-                           self.stopper, self.recorder)  # before the result
+        self.reaper = reap([n for n in lost if n in self.recorder.nodes()], self.config,
+                           self.run_id, self.stopper, self.recorder,  # before the result
+                           lambda n, t: fetch_into(self.store, self._followers[n], t))
         codes = {n: f.exit_code for n, f in self._finished.items()}
         self.result = RunResult(code, failures, codes, stopped, found, self.faults.text())
         if self.advance(END_EVENT[status], exit_code=code, ended_at=time.time()):

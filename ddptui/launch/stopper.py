@@ -103,8 +103,13 @@ class Stopper:
 
     def stop(self, name: str, grace: float, transport: Transport | None = None
              ) -> list[int]:
+        """Stop the run on ``name``: the process ids still alive there afterwards."""
+        return self.stop_found(name, grace, transport).leftover
+
+    def stop_found(self, name: str, grace: float, transport: Transport | None = None
+                   ) -> nodeops.StopResult:
         """Stop the run on ``name`` (through ``transport`` when given, e.g. a fresh
-        connection of the reaper's): the process ids still alive there afterwards."""
+        connection of the reaper's): what was found there, killed, and is still alive."""
         t = transport if transport is not None else self.transport(name)
         strategy = STRATEGIES[t.stop_kind]
         found = strategy.stop(name, t, self.target(name), grace,
@@ -112,7 +117,7 @@ class Stopper:
         if found.killed and self.note is not None:
             self.note(name, f"{len(found.killed)} process(es) ignored SIGTERM for {grace:g} s "
                             "and were killed", Level.WARNING)
-        return found.leftover
+        return found
 
 
 def stop_all(names: list[str], stop_one: Callable[[str], list[int]]) -> StopReport:

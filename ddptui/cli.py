@@ -163,6 +163,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from ddptui.faces.stacks import show_stacks
 
         return show_stacks(args.state_dir, args.run_id, rank=args.rank)
+    from ddptui.launch.attach import NothingLeft
     from ddptui.launch.outcome import LaunchError
     from ddptui.launch.session import Session
 
@@ -234,7 +235,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             ctl = Session.attach(args.run_id, state_root=args.state_dir)
         except LaunchError as e:
             print(f"ddptui: {e}", file=sys.stderr)
-            return USAGE_EXIT
+            code = e.exit_code if isinstance(e, NothingLeft) else None  # the run's own
+            return USAGE_EXIT if code is None else code
         print(f"ddptui: attached to run {ctl.run_id}", flush=True)
         ctl.add_listener(Printer())
         return run_headless(ctl)

@@ -5,6 +5,7 @@ the controller's own threads."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -18,9 +19,12 @@ from jobs import ddptui, marked_pids, seqs, spawn_ddptui, write_job
 from test_ssh_run import hosts, only_sshd_left, wait_until
 
 from ddptui.config import load_config
+from ddptui.events import RunStatus
+from ddptui.launch import attach
 from ddptui.launch.evidence import Evidence
 from ddptui.launch.follow import NodeFollower
 from ddptui.launch.session import Session
+from ddptui.run_state import NodeRecord, RunRecord
 from ddptui.telemetry.parse import SamplerParser
 
 pytestmark = [pytest.mark.cluster, pytest.mark.torchrun]
@@ -262,3 +266,34 @@ def test_an_exception_in_a_thread_of_ddptuis_own_is_said_and_the_run_still_ends(
         assert "ddptui stopped reading this node's telemetry: RuntimeError('injected')" in said
         assert result.exit_code == 0
     assert marked_pids(ctl.run_id) == [] or thread == "follower"
+
+
+def test_attach_follows_nothing_when_no_node_holds_the_run(cluster2: Cluster,
+                                                          tmp_path: Path) -> None:
+    path = write_job(tmp_path, hosts(cluster2, tmp_path))
+    state = tmp_path / "state"
+    first = ddptui("run", str(path), "--headless", "--run-id", "cleaned", state=state)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr
+    for d in tmp_path.glob("work-*/.ddptui/runs/cleaned"):
+        shutil.rmtree(d)
+    kept = json.loads((state / "runs" / "cleaned" / "run.json").read_text())
+    res = ddptui("attach", "cleaned", "--headless", state=state, timeout=60)
+    said = " ".join(res.stderr.split())
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert said == ("ddptui: nothing of run cleaned is left on its nodes (their node "
+                    "directories are gone), so there is nothing to follow. It finished, exit "
+                    "code 0, as recorded here; `ddptui logs cleaned` shows its logs."), said
+    assert "lost" not in res.stdout + res.stderr
+    meta = json.loads((state / "runs" / "cleaned" / "run.json").read_text())
+    assert (meta["status"], meta["exit_code"]) == (kept["status"], kept["exit_code"])
+
+
+def test_a_live_run_whose_nodes_hold_nothing_is_said_unknown() -> None:
+    record = RunRecord("r1", status=RunStatus.RUNNING,
+                       nodes={"a": NodeRecord("a", 0, "/w/a"), "b": NodeRecord("b", 1, "/w/b")})
+    attach.nothing_left("r1", record, {"a": {"gone"}})  # b did not answer: the watch judges
+    attach.nothing_left("r1", record, {"a": {"gone"}, "b": {"pgid"}})  # b holds it
+    with pytest.raises(attach.NothingLeft) as e:
+        attach.nothing_left("r1", record, {"a": {"gone"}, "b": {"gone"}})
+    assert e.value.exit_code is None
+    assert "though it is recorded here as running: how it ended is unknown" in str(e.value)

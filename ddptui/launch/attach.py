@@ -60,26 +60,58 @@ def reconnect(config: HostsConfig, pool: NodePool,
                             f"answers within {config.health.lost_after:g} s", Level.WARNING)
 
 
-def unreleased(pool: NodePool, nodes: Mapping[str, NodeRecord]) -> dict[str, str]:
-    """The nodes of a run caught in its launch (its ddptui died before the run was recorded
-    as running) whose torchrun was never let go, each with where it stands. A node that
-    cannot be asked is left to the watch, which declares it lost if it stays silent."""
+def marks(pool: NodePool, nodes: Mapping[str, NodeRecord]) -> dict[str, set[str]]:
+    """Each node's launch marks (``nodeops.launch_marks_cmd``); a node that cannot be asked
+    is left out (the watch declares it lost if it stays silent)."""
     def ask(name: str) -> set[str]:
         res = pool.get(name).run(nodeops.launch_marks_cmd(nodes[name].run_dir), timeout=30)
         return set(res.stdout.split())
 
     names = list(nodes)
+    return {n: m for n, m in zip(names, map_at_once(names, ask), strict=True)
+            if not isinstance(m, Exception)}
+
+
+def unreleased(found: Mapping[str, set[str]]) -> dict[str, str]:
+    """The nodes of a run caught in its launch (its ddptui died before the run was recorded
+    as running) whose torchrun was never let go, each with where it stands."""
     stands: dict[str, str] = {}
-    for name, marks in zip(names, map_at_once(names, ask), strict=True):
-        if isinstance(marks, Exception) or torchrun_tee.GO in marks:
+    for name, got in found.items():
+        if torchrun_tee.GO in got:
             continue
-        if rundir.HOLD in marks:
+        if rundir.HOLD in got:
             stands[name] = "its torchrun waits for the go-ahead"
-        elif torchrun_tee.EXPIRED in marks:
+        elif torchrun_tee.EXPIRED in got:
             stands[name] = "its torchrun gave up waiting for the go-ahead"
-        elif rundir.PGID not in marks and rundir.EXIT_CODE not in marks:
+        elif rundir.PGID not in got and rundir.EXIT_CODE not in got:
             stands[name] = "nothing was started there"
     return stands
+
+
+class NothingLeft(LaunchError):
+    """No node holds anything of the run: there is nothing to follow. ``exit_code``: the
+    run's recorded one, when it ended."""
+
+    def __init__(self, problems: list[str], exit_code: int | None) -> None:
+        super().__init__(problems)
+        self.exit_code = exit_code
+
+
+def nothing_left(run_id: str, record: RunRecord, found: Mapping[str, set[str]]) -> None:
+    """Raise :class:`NothingLeft` when every node answered and none holds the run's node
+    directory (removed by ``ddptui clean`` or by hand): following it would only declare
+    every node lost and read no line."""
+    if len(found) < len(record.nodes) or any(nodeops.GONE not in m for m in found.values()):
+        return
+    gone = (f"nothing of run {run_id} is left on its nodes (their node directories are "
+            "gone), so there is nothing to follow")
+    if not record.status.live:
+        raise NothingLeft([f"{gone}. It {record.status}, exit code {record.exit_code}, as "
+                           f"recorded here; `ddptui logs {run_id}` shows its logs."],
+                          record.exit_code)
+    raise NothingLeft([f"{gone}, though it is recorded here as {record.status}: how it "
+                       f"ended is unknown. `ddptui logs {run_id}` shows what was kept here."],
+                      None)
 
 
 def caught_in_launch(run_id: str, held: Mapping[str, str]) -> str:

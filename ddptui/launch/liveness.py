@@ -210,7 +210,10 @@ def reached_again(fetched: int | str, found: StopResult, run_id: str) -> str:
 def fetch_into(store: Store, follower: NodeFollower, transport: Transport) -> int:
     """What a lost node wrote while cut off, into the run's logs here (the store, closed at
     the run's end, opens its files again for it and closes them after); the lines fetched."""
-    events = follower.catch_up(transport)
+    try:
+        events = follower.catch_up(transport)
+    except FileNotFoundError:  # the node dir went with the node (a new machine, a clean)
+        return 0
     if events:
         keeper = BarKeeper()
         store.apply(keeper.take(events) + keeper.drain(), {follower.node: follower.offset})

@@ -269,13 +269,17 @@ def release_cmd(hold: str) -> str:
     return f"mv -- {shlex.quote(hold)} {shlex.quote(go)}"
 
 
+#: What :func:`launch_marks_cmd` says of a node dir that is not there.
+GONE = "gone"
+
+
 def launch_marks_cmd(node_dir: str) -> str:
     """Which of a node dir's launch marks are there, one name a line: how far a launch cut
-    short got on that node (see ``attach.unreleased``)."""
+    short got on that node (see ``attach.unreleased``); :data:`GONE` without the node dir."""
     names = " ".join((torchrun_tee.GO, rundir.HOLD, torchrun_tee.EXPIRED, rundir.PGID,
                       rundir.EXIT_CODE))
-    return (f"cd {shlex.quote(node_dir)} 2>/dev/null && for f in {names}; do "
-            '[ -e "$f" ] && echo "$f"; done; true')
+    return (f"cd {shlex.quote(node_dir)} 2>/dev/null || {{ echo {GONE}; exit 0; }}; "
+            f'for f in {names}; do [ -e "$f" ] && echo "$f"; done; true')
 
 
 def alive_cmd(pgid: int) -> str:

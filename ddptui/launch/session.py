@@ -365,8 +365,7 @@ class Session:
     @classmethod
     def attach(cls, run_id: str, *, state_root: Path | None = None, poll: float = 0.2,
                follow: bool = True) -> Session:
-        """Reopen a run from its run dir (:mod:`ddptui.launch.attach`) and, with ``follow``,
-        resume every node's log where the local copy ends."""
+        """Reopen a run from its run dir and (``follow``) resume its nodes' logs."""
         root = resolve_state_root(state_root)
         record = attach.read_record(root, run_id)
         session = cls(HostsConfig.from_dict(record.config), state_root=root, run_id=run_id,
@@ -375,9 +374,8 @@ class Session:
         return session
 
     def reopen(self, record: RunRecord, follow: bool) -> None:
-        """The store rebuilt from the raw copies, the nodes reconnected, their withheld
-        secrets read back, and (``follow``) following resumed where the copies end. A run
-        its ddptui left mid-launch is let go only if every node was; else it is undone."""
+        """The store rebuilt from the raw copies, the nodes reconnected, following resumed
+        (``follow``) where the copies end; a run left mid-launch goes on only if let go."""
         parsers = attach.replay_raw_logs(self.store, self.local_dir, record.nodes, self.scanner)
         self.evidence.seed(self.store)
         self.evidence.nccl.reread(self.local_dir, list(record.nodes), record.nccl)
@@ -391,7 +389,9 @@ class Session:
                                        {n: r.run_dir for n, r in record.nodes.items()})
         self.masker = config_masker(self.config)
         self.recorder.write()  # run.json names this session now: the run is not stale
-        if launching and follow and (held := attach.unreleased(self.pool, record.nodes)):
+        found = attach.marks(self.pool, record.nodes) if follow else {}
+        attach.nothing_left(self.run_id, record, found)  # raises: then there is no run here
+        if launching and follow and (held := attach.unreleased(found)):
             self._abort(self._context(), [attach.caught_in_launch(self.run_id, held)],
                         cleanup=True, kill=True)
         if launching:

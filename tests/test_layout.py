@@ -165,7 +165,7 @@ GROWN_SINCE = {
     "progress-bar states cut in the node's tee and kept by the bus": 51,
     "metric scanners handed to the followers and to attach's replay": 6,
     "a lost node's lines fetched when reached again, and what was stopped there said": 9,
-    "attach of a run no node holds says so instead of following it": 36,
+    "attach of a run no node holds says so instead of following it": 39,
 }
 
 

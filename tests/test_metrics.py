@@ -78,14 +78,15 @@ def test_lightning_rich_bar_in_a_pipe_is_one_state_at_the_end() -> None:
                    "lm loss": 10.45678, "loss scale": 1.0, "grad norm": 12.345})),
     ("fairseq.txt", "fairseq", (100, "step", {
         "loss": 9.876, "nll_loss": 9.5, "ppl": 724.08, "wps": 12345.6, "ups": 2.34,
-        "wpb": 4096.0, "bsz": 128.0, "lr": 0.0005, "gnorm": 1.234, "train_wall": 42.0,
-        "wall": 60.0})),
+        "wpb": 4096.0, "bsz": 128.0, "lr": 0.0005, "gnorm": 1.234, "loss_scale": 64.0,
+        "train_wall": 42.0, "gb_free": 61.2, "wall": 60.0})),
     ("fairseq_json.txt", "fairseq", (100, "step", {
-        "loss": 9.876, "nll_loss": 9.5, "ppl": 724.08, "wps": 12345.6, "lr": 0.0005,
-        "gnorm": 1.234})),
+        "loss": 9.876, "nll_loss": 9.5, "ppl": 724.08, "wps": 12345.6, "ups": 2.34,
+        "wpb": 4096.0, "bsz": 128.0, "lr": 0.0005, "gnorm": 1.234, "loss_scale": 64.0,
+        "train_wall": 42.0, "gb_free": 61.2, "wall": 60.0})),
     ("pytorch_mnist.txt", "pytorch_examples", (0.0, "epoch", {"loss": 2.299825})),
     ("pytorch_wlm.txt", "pytorch_examples",
-     (200 / 2983, "epoch", {"lr": 20.0, "ms/batch": 45.12, "loss": 7.63, "ppl": 2061.37})),
+     (200 / 2983, "epoch", {"lr": 20.0, "ms/batch": 45.12, "loss": 7.63, "ppl": 2061.52})),
     ("generic.txt", "generic", (10, "step", {"loss": 1.2345})),
 ])
 def test_each_stack_first_line(name: str, recognizer: str,
@@ -104,7 +105,9 @@ def test_later_lines_of_each_stack() -> None:
     assert read("fairseq_json.txt")[2].step == 1000
     mnist = read("pytorch_mnist.txt")
     assert (mnist[3].step_kind, mnist[3].values) == ("count", {"test loss": 0.0497})
-    assert read("pytorch_wlm.txt")[-1].values == {"valid loss": 5.89, "valid ppl": 361.25}
+    wlm = read("pytorch_wlm.txt")
+    assert wlm[2].values == {"valid loss": 5.89, "valid ppl": 361.84}
+    assert (wlm[-1].step_kind, wlm[-1].values) == ("count", {"test loss": 5.5, "test ppl": 244.99})
     generic = read("generic.txt")
     assert [(m.step, m.step_kind) for m in generic] == [(10, "step"), (20, "step"),
                                                         (1, "count")]

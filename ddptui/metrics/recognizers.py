@@ -124,10 +124,14 @@ def nanogpt(line: str) -> Reading | None:
     return None
 
 
-# -- torchtitan train.py (metrics logger): f"{color.red}step: {step:2}  {color.green}loss:
-# {loss:7.4f}  {color.yellow}grad_norm: ...  memory: {..:5.2f}GiB(..%)  tps: {round(tps):,}
-# tflops: {..:,.2f}  mfu: {..:.2f}%{color.reset}", behind its logger's "[titan] ... - INFO - ".
-_TITAN_RE = re.compile(rf"\bstep:\s*(\d+)\s+loss:\s*({NUM})(.*)")
+# -- torchtitan components/metrics.py MetricsProcessor.log: f"{color.red}step: {step:2}
+# {color.green}loss: {global_avg_loss:8.5f}  {color.orange}grad_norm: {grad_norm:7.4f}
+# {color.turquoise}memory: {..:5.2f}GiB({..:.2f}%)  {color.blue}tps: {round(tps):,}  {color.cyan}
+# tflops: {tflops:,.2f}  {color.magenta}mfu: {mfu_str}{color.reset}" (v0.1.0: loss 7.4f, no
+# grad_norm; mfu "N/A" under quantization), and .log_validation: f"{color.yellow}validate step:
+# {step:2}  {color.green}loss: {loss:7.4f}  ...memory...  tps: ..." (its series: "validate ...",
+# not the training loss). Colours are SGR codes, 24-bit ones too (tools/utils.py Color).
+_TITAN_RE = re.compile(rf"\b(validate )?step:\s*(\d+)\s+loss:\s*({NUM})(.*)")
 _TITAN_PAIR = re.compile(rf"(\w+):\s*({NUM})")
 
 
@@ -137,33 +141,49 @@ def torchtitan(line: str) -> Reading | None:
     m = _TITAN_RE.search(line)
     if m is None:
         return None
-    values = {"loss": float(m[2])}
-    values.update(_pairs(_TITAN_PAIR.findall(m[3])))
-    return Reading(int(m[1]), "step", values)
+    values = {"loss": float(m[3])}
+    values.update(_pairs(_TITAN_PAIR.findall(m[4])))
+    if m[1]:
+        values = {m[1] + k: v for k, v in values.items()}
+    return Reading(int(m[2]), "step", values)
 
 
-# -- Megatron-LM training.py training_log: " [time] iteration      100/   10000 | consumed
-# samples: ... | elapsed time per iteration (ms): 1.0 | learning rate: 1.0E-04 | global batch
-# size: 8 | lm loss: 7.1E+00 | loss scale: 1.0 | grad norm: 1.234 | ..."
+# -- Megatron-LM training/training.py training_log: " [%Y-%m-%d %H:%M:%S.%f] iteration {:8d}/
+# {:8d} | consumed samples: {:12d} | elapsed time per iteration (ms): {:.1f} | learning rate:
+# {:.6E} | global batch size: {:5d} | lm loss: {:.6E} | loss scale: {:.1f} | grad norm: {:.3f}
+# | number of skipped iterations: {:3d} | number of nan iterations: {:3d} |"; and
+# evaluate_and_print_results: " validation loss at iteration N on validation set | lm loss
+# value: {:.6E} | lm loss PPL: {:.6E} | ", its series named as its TensorBoard ones
+# ("lm loss validation", "lm loss validation ppl").
 _MEGA_RE = re.compile(r"\biteration\s+(\d+)/\s*\d+\s*\|(.*)")
 _MEGA_PAIR = re.compile(rf"\s*([^|:]+?):\s*({NUM})\s*(?=\||$)")
 _MEGA_SKIP = ("number of skipped iterations", "number of nan iterations", "consumed samples",
-              "global batch size")
+              "skipped samples", "global batch size")
+_MEGA_VALID = re.compile(r"\bvalidation(-[\w-]+)? loss at iteration (\d+)\b[^|]*\|(.*)")
+_MEGA_VALUE = re.compile(rf"\s*([^|:]+?) (value|PPL): ({NUM})\s*(?=\||$)")
 
 
 def megatron(line: str) -> Reading | None:
     m = _MEGA_RE.search(line)
+    if m is not None:
+        return _step(int(m[1]), "step", _pairs(_MEGA_PAIR.findall(m[2]), _MEGA_SKIP))
+    m = _MEGA_VALID.search(line)
     if m is None:
         return None
-    return _step(int(m[1]), "step", _pairs(_MEGA_PAIR.findall(m[2]), _MEGA_SKIP))
+    suffix = m[1] or ""
+    pairs = [(f"{key} validation{suffix}" + (" ppl" if kind == "PPL" else ""), text)
+             for key, kind, text in _MEGA_VALUE.findall(m[3])]
+    return _step(int(m[2]), "step", _pairs(pairs))
 
 
 # -- fairseq logging/progress_bar.py. simple: "epoch 001:    100 / 1000 loss=2.345, ppl=5.08,
-# ..., num_updates=100, ..." (SimpleProgressBar.log), "epoch 001 | loss 2.3 | ... |
-# num_updates 100" and "epoch 001 | valid on 'valid' subset | loss ..." (.print); json:
-# {"epoch": 1, "update": 0.25, "loss": "2.345", ...} (JsonProgressBar, numbers as strings).
+# ..., num_updates=100, ..." (SimpleProgressBar.log, "{}:  {:5d} / {:d} {}"), and .print's
+# "epoch 001 | loss 2.3 | ... | num_updates 100" and "epoch 001 | valid on 'valid' subset |
+# loss ...", behind the logger's "| INFO | train | " (the tag: the end-of-epoch train stats
+# are "train_loss", not the running "loss"); json: {"epoch": 1, "update": 0.25, "loss":
+# "2.345", ...} (JsonProgressBar: stats as "{:g}" strings, .print's keys tag + "_" + key).
 _FS_INNER = re.compile(r"\bepoch (\d+):\s+(\d+) / (\d+) (.*)")
-_FS_PRINT = re.compile(r"\bepoch (\d+)(?: \| valid on '(\w+)' subset)? \| (.*)")
+_FS_PRINT = re.compile(r"(?:\| (\w+) \| )?\bepoch (\d+)(?: \| valid on '(\w+)' subset)? \| (.*)")
 _FS_PIPE = re.compile(rf"(\w+) ({NUM})(?= \||$)")
 _FS_JSON = re.compile(r"\{\"epoch\": .*\}")
 _FS_JSON_SKIP = ("epoch", "update", "num_updates")
@@ -178,13 +198,14 @@ def fairseq(line: str) -> Reading | None:
             return _step(int(updates), "step", values)
         return _step(int(m[1]) - 1 + int(m[2]) / max(1, int(m[3])), "epoch", values)
     m = _FS_PRINT.search(line)
-    if m is not None:
-        prefix = f"{m[2]}_" if m[2] else ""
-        values = {prefix + k: v for k, v in _pairs(_FS_PIPE.findall(m[3])).items()}
+    if m is not None:  # named as JsonProgressBar.print names them: tag + "_" + key
+        tag = m[3] or m[1]
+        prefix = f"{tag}_" if tag else ""
+        values = {prefix + k: v for k, v in _pairs(_FS_PIPE.findall(m[4])).items()}
         updates = values.pop(prefix + "num_updates", None)
         if updates is not None:
             return _step(int(updates), "step", values)
-        return _step(float(m[1]), "epoch", values)
+        return _step(float(m[2]), "epoch", values)
     m = _FS_JSON.search(line)
     if m is None:
         return None
@@ -205,12 +226,14 @@ def fairseq(line: str) -> Reading | None:
 # -- pytorch/examples. mnist/main.py: "Train Epoch: {} [{}/{} ({:.0f}%)]\tLoss: {:.6f}" and
 # "Test set: Average loss: {:.4f}, Accuracy: ..."; word_language_model/main.py: "| epoch {:3d}
 # | {:5d}/{:5d} batches | lr {:02.2f} | ms/batch {:5.2f} | loss {:5.2f} | ppl {:8.2f}" and
-# "| end of epoch {:3d} | time: {:5.2f}s | valid loss {:5.2f} | valid ppl {:8.2f}".
+# "| end of epoch {:3d} | time: {:5.2f}s | valid loss {:5.2f} | valid ppl {:8.2f}", and after
+# the last epoch "| End of training | test loss {:5.2f} | test ppl {:8.2f}" (no epoch: a count).
 _MNIST_RE = re.compile(rf"Train Epoch: (\d+) \[(\d+)/(\d+) \([^)]*\)\]\s+Loss: ({NUM})")
 _MNIST_TEST = re.compile(rf"Test set: Average loss: ({NUM})")
 _WLM_RE = re.compile(r"\| epoch\s+(\d+) \|\s*(\d+)/\s*(\d+) batches \|(.*)")
 _WLM_END = re.compile(r"\| end of epoch\s+(\d+) \|(.*)")
 _WLM_PAIR = re.compile(rf"\s*([a-z/ ]+?):? ({NUM})s?\s*(?=\||$)")
+_WLM_TEST = re.compile(r"\| End of training \|(.*)")
 
 
 def pytorch_examples(line: str) -> Reading | None:
@@ -228,6 +251,9 @@ def pytorch_examples(line: str) -> Reading | None:
     m = _WLM_END.search(line)
     if m is not None:
         return _step(float(m[1]), "epoch", _pairs(_WLM_PAIR.findall(m[2]), ("time",)))
+    m = _WLM_TEST.search(line)
+    if m is not None:
+        return _step(None, "count", _pairs(_WLM_PAIR.findall(m[1])))
     return None
 
 
@@ -256,10 +282,11 @@ BUILT_IN: tuple[Recognizer, ...] = (
     Recognizer("lightning", "PyTorch Lightning", ("Epoch ",), lightning, redraws=True),
     Recognizer("nanogpt", "nanoGPT", ("iter ", "train loss"), nanogpt),
     Recognizer("torchtitan", "torchtitan", ("step:",), torchtitan),
-    Recognizer("megatron", "Megatron-LM", ("iteration ",), megatron),
+    Recognizer("megatron", "Megatron-LM", ("iteration ", "validation"), megatron),
     Recognizer("fairseq", "fairseq", ("epoch ", '{"epoch"'), fairseq),
     Recognizer("pytorch_examples", "PyTorch examples", ("Train Epoch", "Test set", "| epoch",
-                                                        "| end of epoch"), pytorch_examples),
+                                                        "| end of epoch", "| End of training"),
+               pytorch_examples),
     Recognizer("generic", "a loss line", ("loss", "Loss"), generic),
 )
 NAMES: tuple[str, ...] = tuple(r.name for r in BUILT_IN)

@@ -30,7 +30,7 @@ HELP = [
     Binding("enter", "", "Attach to the run (in the list that C opens: compare with it)"),
     Binding("c", "", "Compare: draw the run's series dimmed under the chart's, by name "
             "(on the run compared now: stop comparing)"),
-    Binding("delete,backspace", "", "Stop comparing: nothing drawn under the chart"),
+    Binding("delete", "", "Stop comparing: nothing drawn under the chart (or backspace)"),
     Binding("escape", "", "Close the list"),
 ]
 

@@ -30,9 +30,11 @@ from ddptui.store.store import Store
 from ddptui.tui.dashboard import DashboardScreen
 from ddptui.tui.handle import Attacher, RunFactory, RunHandle, RunLister
 from ddptui.tui.lifecycle import Lifecycle
+from ddptui.tui.overlay import Overlay, overlay_notice, read_overlay
 from ddptui.tui.screens.diagnosis import DiagnosisScreen
 from ddptui.tui.screens.help import HelpScreen
 from ddptui.tui.screens.nccl import NcclScreen
+from ddptui.tui.screens.run_picker import HELP as RUN_LIST_HELP
 from ddptui.tui.screens.stacks import StacksScreen
 from ddptui.tui.views import ViewKind, ViewSpec
 from ddptui.tui.widgets.log_view import LogView
@@ -103,6 +105,7 @@ class DashboardApp(Lifecycle):
         Binding("x", "stop", "Stop"),
         Binding("R", "restart", "Restart"),
         Binding("a", "attach", "Attach"),
+        Binding("C", "compare", "Compare the chart with a past run", show=False),
         Binding("slash", "screen.filter", "Filter"),
         Binding("v", "screen.next_view", "View"),
         Binding("m", "screen.toggle_metrics", "Charts"),
@@ -228,6 +231,7 @@ class DashboardApp(Lifecycle):
         return [
             ("Run and views", run),
             ("Log pane", [b for b in LogView.BINDINGS if isinstance(b, Binding)]),
+            ("Run list (a, C)", RUN_LIST_HELP),
             ("Dialogs", [Binding("y", "", "Confirm"), Binding("n,escape", "", "Cancel"),
                          Binding("ctrl+p", "", "Command palette: every action by name")]),
         ]
@@ -271,6 +275,54 @@ class DashboardApp(Lifecycle):
                                   title="Stacks", severity="error")
             return
         self.call_from_thread(self.push_screen, StacksScreen(stacks, rank))
+
+    # -- compare with a past run -----------------------------------------------------------
+
+    def action_compare(self) -> None:
+        """The run list, where ``enter`` lays the chosen run's series under the chart."""
+        self._list_to_compare()
+
+    @work(thread=True, exclusive=True, group="compare")
+    def _list_to_compare(self) -> None:
+        try:
+            runs = self.run_lister(self.state_root)
+        except Exception as e:
+            self.call_from_thread(self.notify, f"Cannot list runs: {e}", severity="error")
+            return
+        self.call_from_thread(self._show_picker, runs, True)
+
+    def compare_with(self, run_id: str | None) -> None:
+        chart = self.dashboard.chart
+        if run_id is None or run_id == chart.compared:
+            if chart.compared is not None:
+                self.notify(f"{chart.compared} is no longer drawn under the chart.", timeout=4)
+            chart.overlay = None
+            self.dashboard.redraw_chart()
+            return
+        self._load_overlay(run_id)
+
+    @work(thread=True, exclusive=True, group="compare")
+    def _load_overlay(self, run_id: str) -> None:
+        """Off the loop: a long run's ``metrics.jsonl`` is hundreds of MB (only windows of
+        a big one are read, but on a slow disk that still takes a while)."""
+        try:
+            overlay = read_overlay(self.state_root, run_id)
+        except OSError as e:
+            self.call_from_thread(self.notify, f"Cannot read the metrics of {run_id}: {e}",
+                                  title="Compare", severity="error")
+            return
+        self.call_from_thread(self._show_overlay, overlay)
+
+    def _show_overlay(self, overlay: Overlay) -> None:
+        if not overlay.series:
+            self.notify(f"{overlay.run_id} recorded no metrics: there is nothing of it to "
+                        "draw under the chart.", title="Compare", severity="warning")
+            return
+        chart = self.dashboard.chart
+        chart.overlay = overlay
+        self.dashboard.redraw_chart()
+        hint = "" if chart.display else " (m shows the chart)"
+        self.notify(overlay_notice(overlay, chart.metric) + hint, title="Compare", timeout=6)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.help_sections()))

@@ -33,6 +33,7 @@ from ddptui.tui.notices import (
     node_change_notices,
     stall_notices,
 )
+from ddptui.tui.overlay import Overlay, label_past
 from ddptui.tui.ports import DashboardOwner
 from ddptui.tui.state import LayoutMode
 from ddptui.tui.views import ViewKind, ViewSpec
@@ -203,25 +204,30 @@ class DashboardScreen(Screen[None]):
         if chart.display and chart.dirty and mono - self._last_chart >= every:
             self._last_chart = mono
             chart.dirty = False
-            self._draw_chart(store, chart.metric, chart.log_scale, *chart.content_size)
+            self._draw_chart(store, chart.metric, chart.log_scale, *chart.content_size,
+                             chart.overlay)
 
     # -- the chart -------------------------------------------------------------------------
 
     @work(thread=True, exclusive=True, group="chart")
-    def _draw_chart(self, store: Store, metric: str, log_y: bool, width: int, height: int
-                    ) -> None:
+    def _draw_chart(self, store: Store, metric: str, log_y: bool, width: int, height: int,
+                    overlay: Overlay | None = None) -> None:
         """Off the loop, and where the series are: building a chart of 16 ranks is 10-40 ms
         of Python, which in this process would be taken from the keys. The run's handle
         builds it (an engine has the series too); if it is gone or slow to answer, it is
-        built here."""
+        built here. With a past run to compare, it is built here too: the engine's call
+        takes no past series (the overlay's are cut to a few thousand points a rank)."""
         handle = self.owner.controller
         built = None
-        if handle is not None:
+        past = overlay.past(metric) if overlay is not None else []
+        if handle is not None and overlay is None:
             with contextlib.suppress(EngineError, TimeoutError):
                 built = handle.chart(metric, log_y, width, height)
         if built is None:
-            built = store_chart(store, metric, log_y, width, height)
+            built = store_chart(store, metric, log_y, width, height, past)
         rows, plotted = built
+        if overlay is not None:
+            rows = label_past(rows, overlay, metric)
         if store is self.owner.store:
             with contextlib.suppress(RuntimeError):  # the app closed meanwhile
                 self.app.call_from_thread(self.chart.show, strips(rows), plotted)

@@ -23,7 +23,7 @@ from ddptui.tui.handle import Attacher, RunFactory, RunHandle, RunLister
 from ddptui.tui.notices import Notice, quit_question, stop_question, stop_report_notice
 from ddptui.tui.screens.confirm import ConfirmScreen
 from ddptui.tui.screens.quit import QuitChoice, QuitScreen
-from ddptui.tui.screens.run_picker import RunPicker
+from ddptui.tui.screens.run_picker import Pick, RunPicker
 from ddptui.tui.state import Busy
 
 if TYPE_CHECKING:
@@ -199,12 +199,23 @@ class Lifecycle(App[int]):
             return
         self.call_from_thread(self._show_picker, runs)
 
-    def _show_picker(self, runs: list[RunSummary]) -> None:
-        def chosen(run_id: str | None) -> None:
-            if run_id:
-                self.attach_run(run_id)
+    def _show_picker(self, runs: list[RunSummary], compare: bool = False) -> None:
+        """The run list: ``enter`` attaches (``compare``: compares); ``c`` compares."""
+        def chosen(pick: Pick | None) -> None:
+            if pick is None:
+                return
+            if pick.compare:
+                self.compare_with(pick.run_id)
+            elif pick.run_id:
+                self.attach_run(pick.run_id)
 
-        self.push_screen(RunPicker(runs), chosen)
+        compared = self.dashboard.chart.compared
+        self.push_screen(RunPicker(runs, compare=compare, compared=compared), chosen)
+
+    def compare_with(self, run_id: str | None) -> None:
+        """Draw run ``run_id``'s series under the chart (None, or the run compared now: stop
+        comparing); the app does it (:class:`ddptui.tui.app.DashboardApp`)."""
+        raise NotImplementedError
 
     @work(thread=True, exclusive=True, group="lifecycle")
     def attach_run(self, run_id: str) -> None:

@@ -2,8 +2,9 @@
 
 The app has the chart built (``ddptui.chart.rows``) at most twice a second and only while the pane
 is on screen, by the engine when there is one; the pane colours the runs it gets and keeps how
-many points it drew per rank, so tests can wait on it. (plotext was tried first: one build of
-a 80x46 chart took 100-250 ms on the event loop.)
+many points it drew per rank, so tests can wait on it. A past run chosen to compare with
+(:attr:`MetricsPane.overlay`) is drawn dimmed beneath, its id in the title. (plotext was
+tried first: one build of a 80x46 chart took 100-250 ms on the event loop.)
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from ddptui.chart.rows import BOLD, DIM, PLAIN, Run
+from ddptui.tui.overlay import Overlay
 
 #: The metrics `c` cycles through, in order; others the run reports follow them.
 PREFERRED = ("loss", "eval_loss", "samples_per_s", "tokens_per_s", "step_time_s", "grad_norm",
@@ -36,6 +38,8 @@ def metric_cycle(available: Sequence[str]) -> list[str]:
 class MetricsPane(Widget):
     metric: reactive[str] = reactive("loss", init=False)
     log_scale: reactive[bool] = reactive(False, init=False)
+    overlay: reactive[Overlay | None] = reactive(None, init=False, always_update=True)
+    """A past run's series, drawn dimmed under those of the same name; None: none."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -48,6 +52,19 @@ class MetricsPane(Widget):
 
     def watch_log_scale(self) -> None:
         self.dirty = True
+
+    def watch_overlay(self) -> None:
+        self.dirty = True
+
+    @property
+    def compared(self) -> str | None:
+        """The id of the run drawn beneath, if any."""
+        return self.overlay.run_id if self.overlay is not None else None
+
+    @property
+    def text(self) -> str:
+        """What the pane shows, as plain text (tests and the tmux test read it)."""
+        return "\n".join(row.text for row in self._rows)
 
     def on_resize(self) -> None:
         self.dirty = True

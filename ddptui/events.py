@@ -200,6 +200,32 @@ class Metric:
 
 
 @dataclass(slots=True)
+class MetricRun:
+    """A rank's metric lines in a row, every one read by one recognizer, kept as their text.
+
+    A flood of metric lines (nanoGPT prints one per iteration) made a :class:`Metric` per line,
+    about 8 µs each through the scanner, the store and the mirror (``bench/ingest.py
+    --recognizers``). The scanner (:mod:`ddptui.metrics.scan`) proves for a whole
+    :class:`LineRun` at once that each of its lines is read by ``recognizer`` with a step, and
+    says so with this one object; the points themselves are made only when a chart, a printer
+    or ``metrics.jsonl``'s reader asks (:func:`ddptui.metrics.bulk.made`), exactly the
+    :class:`Metric` events the per-line scan makes. ``names`` and ``step_kind`` are every
+    line's; ``last`` is the last line's, which the store's rank view and the diagnosis read.
+    """
+
+    node: str
+    rank: int
+    attempt: int
+    time: float
+    recognizer: str
+    step_kind: str
+    names: tuple[str, ...]
+    text: str  # the lines, each ending in a newline (a LineRun's text, or its tail)
+    count: int
+    last: Metric
+
+
+@dataclass(slots=True)
 class Failure:
     node: str
     rank: int | None
@@ -229,7 +255,7 @@ class Stall:
 # Events are never changed once made, but they are not ``frozen``: a frozen dataclass is built
 # through object.__setattr__ per field, four times slower, and readers make 50k lines a second.
 #: NodeSample: a node's telemetry (``ddptui.telemetry``), applied and sent as the others are.
-Event = NodeState | LogLine | LineRun | Metric | Failure | Stall | NodeSample
+Event = NodeState | LogLine | LineRun | Metric | MetricRun | Failure | Stall | NodeSample
 
 _GLOG_FIRST = frozenset("IWEF")
 _GLOG_RE = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")

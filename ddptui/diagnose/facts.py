@@ -17,10 +17,12 @@ from ddptui.events import (
     Failure,
     LogLine,
     Metric,
+    MetricRun,
     NodeState,
     NodeStatus,
     Source,
 )
+from ddptui.metrics.bulk import made
 
 # The fields of torchrun's failure blocks ("Failures:" and "Root Cause"), read here for every
 # rank: the parser's Failure event carries the root cause only, and the others' signals
@@ -116,7 +118,8 @@ class RunFacts:
 
 def gather(events: Iterable[Event], nodes: Sequence[str] = ()) -> RunFacts:
     """Group events; a node's earlier attempts are dropped (an elastic restart retried them)."""
-    evs = list(events)
+    # a run of metric lines as its points: the rules read steps, not how they travelled
+    evs = [m for ev in events for m in (made(ev) if type(ev) is MetricRun else (ev,))]
     last_attempt: dict[str, int] = {}
     for ev in evs:
         if not isinstance(ev, Failure):

@@ -18,6 +18,7 @@ from ddptui.events import (
     LineRun,
     LogLine,
     Metric,
+    MetricRun,
     NodeState,
     NodeStatus,
     Source,
@@ -27,6 +28,7 @@ from ddptui.events import (
 from ddptui.launch.follow import Batch
 from ddptui.launch.outcome import INCOMPLETE_EXIT, RunResult
 from ddptui.launch.session import Session
+from ddptui.metrics.bulk import made
 from ddptui.nccl import nccl_warnings
 from ddptui.store.health import stall_texts
 from ddptui.store.store import Store
@@ -68,6 +70,9 @@ class Printer:
                 parts.append(format_state(ev))
             elif isinstance(ev, Metric) and self.metrics:
                 parts.append(f"[{ev.node} r{ev.rank}] {format_metric(ev.kind, ev.step, ev.values)}")
+            elif type(ev) is MetricRun and self.metrics:  # its points, made to be printed
+                parts.extend(f"[{m.node} r{m.rank}] {format_metric(m.kind, m.step, m.values)}"
+                             for m in made(ev))
             elif isinstance(ev, Failure):
                 parts.append(format_failure_head(ev))
             elif isinstance(ev, Stall):

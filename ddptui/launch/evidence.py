@@ -17,7 +17,17 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ddptui.diagnose import Diagnosis, diagnose
-from ddptui.events import Event, Failure, Level, LineRun, LogLine, Metric, NodeState, Source
+from ddptui.events import (
+    Event,
+    Failure,
+    Level,
+    LineRun,
+    LogLine,
+    Metric,
+    MetricRun,
+    NodeState,
+    Source,
+)
 from ddptui.launch.ncclwatch import NcclWatch
 from ddptui.store.store import Store
 
@@ -107,6 +117,8 @@ class Evidence:
                 # The last step per rank is all the rules read (which rank stopped first).
                 if ev.step is not None or (ev.node, ev.rank) not in self._metrics:
                     self._metrics[(ev.node, ev.rank)] = (n, ev)
+            elif type(ev) is MetricRun:  # its last line's point: a step, as every line's
+                self._metrics[(ev.node, ev.rank)] = (n, ev.last)
             elif type(ev) is NodeState or type(ev) is Failure:
                 self._states.sinks[None]((n, ev))
             # the rest (telemetry samples, ddptui's own stall marks) is no evidence the

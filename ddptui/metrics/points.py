@@ -3,8 +3,12 @@
 
 One record a line, written by the store's mirror from each :class:`~ddptui.events.Metric`:
 its node, rank, kind, step, time and attempt, then every value by name. A record of ddptui's
-own carries no recognizer (``@ddptui``); a recognized one names it and its step kind. Pure: the
-lines come in, points go out.
+own carries no recognizer (``@ddptui``); a recognized one names it and its step kind. A
+:class:`~ddptui.events.MetricRun` (a flood's run of metric lines) is one record holding its
+lines' text (``lines``) instead of a step and values: one write for the run, where a JSON
+encoding of every point was most of what a flood cost; :func:`points` reads its lines again
+with its recognizer, into exactly the points a record per line gives. Pure: the lines come in,
+points go out.
 """
 
 from __future__ import annotations
@@ -14,6 +18,10 @@ import io
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
+from typing import Any
+
+from ddptui.events import Metric, MetricRun
+from ddptui.metrics.bulk import made_from
 
 #: A record's fields that are not series values.
 FIELDS = frozenset({"node", "rank", "kind", "step", "time", "attempt", "recognizer",
@@ -33,6 +41,31 @@ class Point:
     time: float
 
 
+#: Printable ASCII but for ``"`` and ``\``: text that goes into a JSON string as it is.
+_PLAIN = bytes(c for c in range(32, 127) if c not in b'"\\') + b"\n"
+
+
+def record(ev: Metric) -> dict[str, Any]:
+    """A metric's line of ``metrics.jsonl``, as a dict."""
+    rec = {"node": ev.node, "rank": ev.rank, "kind": ev.kind, "step": ev.step,
+           "time": ev.time, "attempt": ev.attempt, **ev.values, **ev.extra}
+    if ev.recognizer != "ddptui":  # read from an ordinary line (ddptui.metrics)
+        rec.update(recognizer=ev.recognizer, step_kind=ev.step_kind)
+    return rec
+
+
+def run_record(run: MetricRun) -> str:
+    """A run's line of ``metrics.jsonl``: its lines' text whole, escaped without a pass of the
+    JSON encoder when, as a flood's are, they are plain ASCII."""
+    head = json.dumps({"node": run.node, "rank": run.rank, "kind": "metric", "time": run.time,
+                       "attempt": run.attempt, "recognizer": run.recognizer,
+                       "step_kind": run.step_kind})
+    text = run.text
+    if text.isascii() and not text.encode("ascii").translate(None, _PLAIN):
+        return f'{head[:-1]}, "lines": "{text.replace(chr(10), chr(92) + "n")}"}}'
+    return f'{head[:-1]}, "lines": {json.dumps(text)}}}'
+
+
 def points(lines: Iterable[str]) -> Iterator[Point]:
     """Every numeric value of every record, in the order recorded; a torn or foreign line
     (a killed controller's last) is passed over."""
@@ -43,14 +76,29 @@ def points(lines: Iterable[str]) -> Iterator[Point]:
             continue
         if not isinstance(rec, dict):
             continue
-        head = (str(rec.get("node", "")), int(rec.get("rank", -1)), rec.get("step"),
-                str(rec.get("step_kind", "step")))
-        by = str(rec.get("recognizer", "ddptui"))
-        t = float(rec.get("time", 0.0))
-        for name, value in rec.items():
-            if name in FIELDS or isinstance(value, bool) or not isinstance(value, int | float):
+        text = rec.get("lines")
+        if isinstance(text, str) and "step" not in rec:
+            try:
+                made = made_from(text, str(rec["recognizer"]), str(rec.get("node", "")),
+                                 int(rec.get("rank", -1)), float(rec.get("time", 0.0)),
+                                 int(rec.get("attempt", 0)))
+            except (KeyError, ValueError, TypeError):
                 continue
-            yield Point(*head, name, float(value), by, t)
+            for ev in made:
+                yield from _points_of(record(ev))
+        else:
+            yield from _points_of(rec)
+
+
+def _points_of(rec: dict[str, Any]) -> Iterator[Point]:
+    head = (str(rec.get("node", "")), int(rec.get("rank", -1)), rec.get("step"),
+            str(rec.get("step_kind", "step")))
+    by = str(rec.get("recognizer", "ddptui"))
+    t = float(rec.get("time", 0.0))
+    for name, value in rec.items():
+        if name in FIELDS or isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        yield Point(*head, name, float(value), by, t)
 
 
 def series_of(found: Iterable[Point], name: str) -> dict[int, tuple[list[float], list[float]]]:

@@ -23,12 +23,14 @@ from ddptui.events import (
     LineRun,
     LogLine,
     Metric,
+    MetricRun,
     NodeState,
     Source,
     Stall,
     all_view_text,
     in_all_view,
 )
+from ddptui.metrics.points import record, run_record
 from ddptui.store import rundir
 
 #: The files recovery removes when the checkpoint never saw them (rank logs aside).
@@ -107,11 +109,9 @@ def _records_by_file(events: Iterable[Event]) -> dict[str, list[str]]:
             elif line.source is Source.SSH:  # ddptui's own words are in no raw node log
                 per_file.setdefault(rundir.EVENTS, []).append(json.dumps(event_record(line)))
         if isinstance(ev, Metric):
-            rec = {"node": ev.node, "rank": ev.rank, "kind": ev.kind, "step": ev.step,
-                   "time": ev.time, "attempt": ev.attempt, **ev.values, **ev.extra}
-            if ev.recognizer != "ddptui":  # read from an ordinary line (ddptui.metrics)
-                rec.update(recognizer=ev.recognizer, step_kind=ev.step_kind)
-            per_file.setdefault(rundir.METRICS, []).append(json.dumps(rec))
+            per_file.setdefault(rundir.METRICS, []).append(json.dumps(record(ev)))
+        elif type(ev) is MetricRun:  # its lines are in the rank's log already (its LineRun)
+            per_file.setdefault(rundir.METRICS, []).append(run_record(ev))
         elif not isinstance(ev, LogLine):
             per_file.setdefault(rundir.EVENTS, []).append(json.dumps(event_record(ev)))
     if run:

@@ -12,25 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ddptui.events import (
-    Event,
-    Failure,
-    LineRun,
-    LogLine,
-    Metric,
-    NodeState,
-    Stall,
-)
+from ddptui.events import Event, Failure, LineRun, LogLine, Metric, MetricRun, NodeState, Stall
 from ddptui.store import rundir
 from ddptui.store.mirror import Mirror, recover_to_checkpoint
 from ddptui.store.ring import LineRing
+from ddptui.store.series import SeriesBook
 from ddptui.store.telemetry import NodeTelemetry
-from ddptui.store.views import NodeView, RankView, RunInfo, Series, copy_node
+from ddptui.store.views import NodeView, RankView, RunInfo, copy_node
 from ddptui.telemetry.sample import NodeSample
 
 #: A change as a replica applies it: ("apply", events), ("run", changes), ("node", name, rank).
@@ -54,9 +46,7 @@ class Store:
         self._seq = 0  # number of lines ever applied; the seq of the newest line
         self._rank_lines: dict[int, LineRing] = {}
         self._rank_lines_max = rank_lines
-        self._series: dict[tuple[int, str], Series] = {}
-        self.series_source: dict[str, tuple[str, str]] = {}  # name: (recognizer, step kind)
-        self._series_max = series_points
+        self._book = SeriesBook(series_points)  # the metric series (ddptui.store.series)
         self._tap: Callable[[Change], None] | None = None
         self.not_live = 0  # lines a replica too far behind was not sent (see skip_lines)
         self.nodes: dict[str, NodeView] = {}
@@ -67,7 +57,6 @@ class Store:
         self.summaries: dict[int, dict[str, Any]] = {}
         self.run = RunInfo()
         self.version = 0
-        self.points = 0  # series points so far: the chart redraws only when this moved
         self._mirror = Mirror(run_dir) if run_dir is not None and mirrored else None
         #: Why the run dir could not be written (a full disk), once it could not: from then
         #: on lines are kept in memory only, and the mirror's checkpoint stays where it was,
@@ -116,6 +105,8 @@ class Store:
                         run.clear()
                     if type(ev) is LineRun:
                         self._apply_run(ev)
+                    elif type(ev) is MetricRun:
+                        self._apply_metric_run(ev)
                     else:
                         apply_one(ev)
                 if run:
@@ -142,12 +133,12 @@ class Store:
         with self._write_lock, self._lock:
             self._tap = tap
             return {
-                "limits": (self._lines.maxlen, self._rank_lines_max, self._series_max),
+                "limits": (self._lines.maxlen, self._rank_lines_max, self._book.maxlen),
                 "seq": self._seq,
                 "lines": self._lines.tail(),
                 "rank_lines": {r: ring.tail() for r, ring in self._rank_lines.items()},
-                "series": {k: (list(s.steps), list(s.values)) for k, s in self._series.items()},
-                "series_source": dict(self.series_source),
+                "series": self._book.copy(),
+                "series_source": dict(self._book.source),
                 "nodes": [copy_node(n) for n in self.nodes.values()],
                 "ranks": [RankView(**vars(r)) for r in self.ranks.values()],
                 "failures": list(self.failures),
@@ -170,9 +161,7 @@ class Store:
         for r, lines in snapshot["rank_lines"].items():
             s._rank_lines[r] = LineRing(rank_ring)
             s._rank_lines[r].extend(lines)
-        for key, (steps, values) in snapshot["series"].items():
-            s._series[key] = Series(deque(steps, maxlen=points), deque(values, maxlen=points))
-        s.series_source = dict(snapshot.get("series_source", {}))
+        s._book.restore(snapshot["series"], snapshot.get("series_source", {}))
         s.nodes = {n.name: n for n in snapshot["nodes"]}
         s.ranks = {r.rank: r for r in snapshot["ranks"]}
         s.failures = list(snapshot["failures"])
@@ -240,17 +229,16 @@ class Store:
         rv.attempt = attempt
         return ring
 
-    def _apply_line(self, ev: LogLine) -> None:
-        self._apply_lines([ev])
-
     def _apply_one(self, ev: Event) -> None:
         if isinstance(ev, Metric) and (line := ev.as_line()) is not None:
             # The metrics pane is where a record is read, the rank's own view where it is checked.
-            self._apply_line(line)
+            self._apply_lines([line])
         if isinstance(ev, LogLine):
-            self._apply_line(ev)
+            self._apply_lines([ev])
         elif isinstance(ev, Metric):
             self._apply_metric(ev)
+        elif type(ev) is MetricRun:
+            self._apply_metric_run(ev)
         elif isinstance(ev, NodeState):
             node = self.nodes.get(ev.node)
             if node is None:
@@ -282,6 +270,15 @@ class Store:
         return rv
 
     def _apply_metric(self, ev: Metric) -> None:
+        if self._rank_metric(ev) and ev.step is not None:
+            self._book.add(ev)
+
+    def _apply_metric_run(self, run: MetricRun) -> None:  # its points made when read: series.py
+        self._rank_metric(run.last)
+        self._book.add_run(run)
+
+    def _rank_metric(self, ev: Metric) -> bool:
+        """``ev`` on its rank's view and latest record; whether it has a step (a point)."""
         rv = self._rank(ev.rank, ev.node, None)
         rv.attempt = ev.attempt
         record = dict(ev.values)
@@ -290,27 +287,22 @@ class Store:
         if ev.kind == "summary":
             self.summaries[ev.rank] = record
         if ev.step is None:
-            return
+            return False
         if ev.kind == "metric":
             rv.last_step = ev.step
             rv.last_step_time = ev.time
             rv.step_time_s = ev.values.get("step_time_s", rv.step_time_s)
             rv.samples_per_s = ev.values.get("samples_per_s", rv.samples_per_s)
             rv.loss = ev.values.get("loss", rv.loss)
-        for name, value in ev.values.items():
-            if name in ("attempt", "seq", "epoch"):
-                continue
-            key = (ev.rank, name)
-            s = self._series.get(key)
-            if s is None:
-                s = self._series[key] = Series.empty(self._series_max)
-            self.series_source[name] = (ev.recognizer, ev.step_kind)
-            self.points += 1
-            if s.steps and s.steps[-1] == ev.step:  # a later value of the same step wins
-                s.values[-1] = value
-                continue
-            s.steps.append(ev.step)
-            s.values.append(value)
+        return True
+
+    @property
+    def series_source(self) -> dict[str, tuple[str, str]]:  # name: (recognizer, step kind)
+        return self._book.source
+
+    @property
+    def points(self) -> int:  # values taken into series: the chart redraws when this moved
+        return self._book.points
 
     @property
     def seq(self) -> int:
@@ -344,12 +336,11 @@ class Store:
 
     def series(self, rank: int, name: str) -> tuple[list[int], list[float]]:
         with self._lock:
-            s = self._series.get((rank, name))
-            return ([], []) if s is None else (list(s.steps), list(s.values))
+            return self._book.get(rank, name)
 
     def metric_names(self) -> list[str]:
         with self._lock:
-            return sorted({name for _, name in self._series})
+            return self._book.names()
 
     def node_views(self) -> list[NodeView]:
         with self._lock:

@@ -66,7 +66,11 @@ def test_hugging_face_trainer_loss_step_for_step(cluster2: Cluster, tmp_path: Pa
 def test_lightning_loss_step_for_step(cluster2: Cluster, tmp_path: Path) -> None:
     d, points = run_job(cluster2, tmp_path, "lightning_job.py", JOB_EPOCHS="2")
     last: dict[int, float] = {}
-    for t in (d / "ranks" / "rank0.log").read_text().splitlines():
+    # what rank 0 wrote, every bar state: torchrun's own copy on the node (ddptui's logs keep
+    # one state a second of a bar)
+    wrote = next(tmp_path.glob(f"work-node1/.ddptui/runs/{d.name}/*/torchelastic/**/0/"
+                               "stdout.log")).read_text()
+    for t in re.split(r"[\r\n]", wrote):
         m = _TQDM.search(t)
         if m:  # tqdm draws a step twice (new n, then the new postfix): the last is its loss
             last[int(m[1]) * int(m[3]) + int(m[2])] = float(m[4])

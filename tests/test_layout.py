@@ -166,6 +166,7 @@ GROWN_SINCE = {
     "metric scanners handed to the followers and to attach's replay": 6,
     "a lost node's lines fetched when reached again, and what was stopped there said": 9,
     "attach of a run no node holds says so instead of following it": 39,
+    "metric runs (a flood's metric lines taken whole) kept as the run's evidence": 12,
 }
 
 

@@ -162,3 +162,17 @@ def test_a_metric_run_crosses_the_wire_and_a_replica_charts_it(tmp_path: Path) -
     assert out.getvalue() == want.getvalue()
     assert any(type(e) is Metric for e in _flat(batches))
     store.close()
+
+
+def test_a_rare_eval_series_outlives_a_flood_of_train_runs(tmp_path: Path) -> None:
+    """Waiting runs are dropped only when newer ones fill every series they hold: an eval
+    line amid thousands of train lines keeps its point in a 5-point window."""
+    flood = [f"[ddptui 0 0] iter {n}: loss {1 / n:.4f}, time 10.00ms, mfu 31.00%\n"
+             for n in range(1, 3001)]
+    lines = [*flood[:1000], "[ddptui 0 0] step 1000: train loss 4.2000, val loss 4.3000\n",
+             *flood[1000:]]
+    for bulk in (False, True):
+        store = _store(_events(lines, [1000, 1001, 2001], bulk), tmp_path, f"b{bulk}", 5)
+        assert store.series(0, "val loss") == ([1000], [4.3]), bulk
+        assert store.series(0, "loss")[0] == [2996, 2997, 2998, 2999, 3000], bulk
+        store.close()

@@ -7,15 +7,18 @@ was most of the controller's time. A single :class:`~ddptui.events.Metric` of a 
 waiting waits behind them (a read's edge cuts a run, and its lines come one by one), so a
 series is the same sequence of points either way (``tests/test_metric_runs.py``).
 
-A rank's runs waiting to be read are bounded: once the newer ones hold ``maxlen`` lines, the
-oldest is dropped, since its points would be pushed out of every series by theirs. That holds
-when each line is a new step, as a training loop prints them; a program that printed the same
-step over and over would leave fewer points in the window than ``maxlen`` (never other ones).
+A rank's runs waiting to be read are bounded: once newer ones hold ``maxlen`` lines of every
+series the oldest has, it is dropped, since its points would be pushed out of each of them
+(a rare eval series amid a flood of train lines keeps its run). That holds when each line is
+a new step, as a training loop prints them; a program that printed the same step over and
+over would leave fewer points in the window than ``maxlen`` (never other ones).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 from ddptui.events import Metric, MetricRun
@@ -35,7 +38,6 @@ class SeriesBook:
         self.source: dict[str, tuple[str, str]] = {}  # name: (recognizer, step kind)
         self.points = 0  # values taken so far: the chart redraws only when this moved
         self._waiting: dict[int, deque[MetricRun | Metric]] = {}  # per rank, not made yet
-        self._waiting_lines: dict[int, int] = {}
 
     def add(self, ev: Metric) -> None:
         """One point per value of ``ev`` (a step's later value replaces its earlier one)."""
@@ -46,9 +48,11 @@ class SeriesBook:
         waiting = self._waiting.get(ev.rank)
         if waiting is None:
             self._put(ev)
-        else:
+        else:  # its series are named at once, as a run's are: they exist before any read
+            for name in ev.values:
+                if name not in NOT_SERIES and (ev.rank, name) not in self.series:
+                    self.series[(ev.rank, name)] = Series.empty(self.maxlen)
             waiting.append(ev)
-            self._waiting_lines[ev.rank] += 1
 
     def add_run(self, run: MetricRun) -> None:
         """A run's points, to be made when its rank's series are read."""
@@ -62,10 +66,21 @@ class SeriesBook:
         if waiting is None:
             waiting = self._waiting[run.rank] = deque()
         waiting.append(run)
-        lines = self._waiting_lines.get(run.rank, 0) + run.count
-        while len(waiting) > 1 and lines - _lines(waiting[0]) >= self.maxlen:
-            lines -= _lines(waiting.popleft())
-        self._waiting_lines[run.rank] = lines
+        while len(waiting) > 1 and self._pushed_out(waiting):
+            waiting.popleft()
+
+    def _pushed_out(self, waiting: deque[MetricRun | Metric]) -> bool:
+        """Whether newer items hold ``maxlen`` lines of every series the oldest one has."""
+        want = {n: self.maxlen for n in _names(waiting[0]) if n not in NOT_SERIES}
+        for item in itertools.islice(waiting, 1, None):
+            for name in _names(item):
+                if name in want:
+                    want[name] -= _lines(item)
+                    if want[name] <= 0:
+                        del want[name]
+            if not want:
+                return True
+        return not want
 
     def get(self, rank: int, name: str) -> tuple[list[Any], list[float]]:
         if rank in self._waiting:
@@ -90,7 +105,6 @@ class SeriesBook:
 
     def _make(self, rank: int) -> None:
         runs = self._waiting.pop(rank)
-        del self._waiting_lines[rank]
         for item in runs:
             if type(item) is Metric:
                 self._put(item)
@@ -111,6 +125,10 @@ class SeriesBook:
                 continue
             s.steps.append(step)
             s.values.append(value)
+
+
+def _names(item: MetricRun | Metric) -> Iterable[str]:
+    return item.names if type(item) is MetricRun else item.values  # type: ignore[union-attr]
 
 
 def _lines(item: MetricRun | Metric) -> int:

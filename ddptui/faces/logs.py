@@ -97,22 +97,29 @@ def show_logs(root: Path | None, run_id: str | None, *, rank: int | None = None,
     return 0
 
 
+def _run_file(root: Path | None, run_id: str, name: str, what: str, why: str) -> Path | None:
+    """A run's file ``name``, or None once the error that there is none is said."""
+    base = state_root(root)
+    d = rundir.run_dir(base, run_id)
+    if not (d / rundir.RUN_JSON).exists():
+        sys.stderr.write(f"ddptui: {no_run(base, run_id)}\n")
+        return None
+    if not (d / name).exists():
+        sys.stderr.write(f"ddptui: run {run_id} recorded no {what} (no {name} in {d}){why}\n")
+        return None
+    return d / name
+
+
 def show_telemetry(root: Path | None, run_id: str, *, node: str | None = None,
                    out: TextIO = sys.stdout) -> int:
     """``ddptui logs RUN_ID --telemetry``: every sample of the run's ``telemetry.jsonl``."""
     from ddptui.store.telemetry import read_telemetry
     from ddptui.telemetry.text import sample_line
 
-    base = state_root(root)
-    d = rundir.run_dir(base, run_id)
-    if not (d / rundir.RUN_JSON).exists():
-        sys.stderr.write(f"ddptui: {no_run(base, run_id)}\n")
+    d = _run_file(root, run_id, rundir.TELEMETRY, "telemetry", "")
+    if d is None:
         return 2
-    if not (d / rundir.TELEMETRY).exists():
-        sys.stderr.write(f"ddptui: run {run_id} recorded no telemetry (no {rundir.TELEMETRY} in "
-                         f"{d})\n")
-        return 2
-    for sample in read_telemetry(d, node):
+    for sample in read_telemetry(d.parent, node):
         out.write(sample_line(sample) + "\n")
     return 0
 
@@ -123,15 +130,9 @@ def show_metrics(root: Path | None, run_id: str, *, style: str = "table",
     """``ddptui logs RUN_ID --metrics``: every point the run recorded, one a line."""
     from ddptui.metrics.points import as_text, points
 
-    base = state_root(root)
-    d = rundir.run_dir(base, run_id)
-    if not (d / rundir.RUN_JSON).exists():
-        sys.stderr.write(f"ddptui: {no_run(base, run_id)}\n")
-        return 2
-    path = d / rundir.METRICS
-    if not path.exists():
-        sys.stderr.write(f"ddptui: run {run_id} recorded no metrics (no {rundir.METRICS} in "
-                         f"{d}): its ranks printed no line ddptui reads as one\n")
+    path = _run_file(root, run_id, rundir.METRICS, "metrics",
+                     ": its ranks printed no line ddptui reads as one")
+    if path is None:
         return 2
     with open(path, encoding="utf-8", errors="replace") as f:
         found = (p for p in points(f) if (rank is None or p.rank == rank)

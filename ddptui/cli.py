@@ -44,7 +44,21 @@ def _parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="launch a run; --headless prints every line instead of the "
                                    "dashboard")
-    r.add_argument("hosts", type=Path, help="the hosts file (YAML)")
+    r.add_argument("hosts", type=Path, metavar="HOSTS|SCRIPT|RUN_ID",
+                   help="the hosts file (YAML); with -H the script (or module, with -m), "
+                        "and everything after it is the script's arguments; with --again a "
+                        "past run. `-- ARGS` replaces the hosts file's job.args")
+    r.add_argument("-H", "--hosts", dest="adhoc_hosts", default=None, metavar="HOST[:N],...",
+                   help="run without a hosts file on these hosts (ssh names, addresses or "
+                        "~/.ssh/config aliases), N processes on a host given `:N`")
+    r.add_argument("--nproc-per-node", default=None, metavar="N|gpu|cpu|auto",
+                   help="with -H: processes per host without `:N` (default: auto)")
+    r.add_argument("--python", default=None, help="with -H: the interpreter on every host")
+    r.add_argument("--workdir", default=None, help="with -H: the run directory on every host")
+    r.add_argument("-m", "--module", action="store_true",
+                   help="with -H: SCRIPT is a module on the hosts, run with python -m")
+    r.add_argument("--again", action="store_true",
+                   help="repeat the past run RUN_ID from the hosts file it saved")
     r.add_argument("--headless", action="store_true",
                    help="no dashboard: print node states and every line, prefixed with node "
                         "and global rank; exit with the run's exit code")
@@ -128,7 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
         argv.insert(0, "dashboard")
-    args = _parser().parse_args(argv)
+    from ddptui.config.adhoc import split_script_args
+
+    parser = _parser()
+    argv, script_args = split_script_args(argv, _value_options(parser))
+    args = parser.parse_args(argv)
+    args.script_args = script_args
     if args.command is None:
         _parser().print_help()
         return USAGE_EXIT
@@ -138,16 +157,19 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def _load(path: Path) -> HostsConfig | None:
-    from ddptui.config import ConfigError, load_config
+def _value_options(parser: argparse.ArgumentParser) -> set[str]:
+    """Every option that takes a value, so that its value is not taken for the script."""
+    actions = list(parser._actions)  # noqa: SLF001 - argparse lists them nowhere else
+    for a in parser._actions:  # noqa: SLF001
+        if isinstance(a, argparse._SubParsersAction):  # noqa: SLF001
+            actions += [b for sp in a.choices.values() for b in sp._actions]  # noqa: SLF001
+    return {o for a in actions if a.nargs is None for o in a.option_strings}
 
-    try:
-        return load_config(path)
-    except ConfigError as e:
-        n = len(e.problems)
-        head = f"ddptui: {path}: {n} problem{'s' if n != 1 else ''}, nothing was started:"
-        print(head + "\n" + "\n".join(f"  {p}" for p in e.problems), file=sys.stderr)
-        return None
+
+def _load(path: Path) -> HostsConfig | None:
+    from ddptui.faces.resolve import load_hosts
+
+    return load_hosts(path)
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -187,10 +209,13 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return show_logs(args.state_dir, args.run_id, rank=args.rank, node=args.node,
                          check=args.check)
-    if args.command in ("dashboard", "run") and not getattr(args, "headless", False):
-        cfg = _load(args.hosts)
+    if args.command in ("dashboard", "run"):
+        from ddptui.faces.resolve import run_config
+
+        cfg = run_config(args)  # a hosts file, -H, or --again; user-wide defaults under each
         if cfg is None:
             return USAGE_EXIT
+    if args.command in ("dashboard", "run") and not getattr(args, "headless", False):
         from ddptui.tui.app import run_dashboard
 
         return run_dashboard(cfg, state_root=args.state_dir,
@@ -241,9 +266,6 @@ def _dispatch(args: argparse.Namespace) -> int:
         ctl.add_listener(Printer())
         return run_headless(ctl)
 
-    cfg = _load(args.hosts)
-    if cfg is None:
-        return USAGE_EXIT
     try:
         ctl = Session(cfg, state_root=args.state_dir, run_id=args.run_id)
     except LaunchError as e:

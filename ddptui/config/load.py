@@ -6,20 +6,25 @@ from pathlib import Path
 
 from ddptui.config.model import ConfigError, HostsConfig, Problem
 from ddptui.config.parse import parse_hosts
+from ddptui.config.user import NO_USER_DEFAULTS, UserDefaults
 
 
-def parse_config(text: str, path: str | Path) -> HostsConfig:
+def parse_config(text: str, path: str | Path,
+                 user: UserDefaults = NO_USER_DEFAULTS) -> HostsConfig:
     """Check a whole hosts file, including that a local ``job.script`` and ``job.project``
     exist on this machine.
 
     ``path`` is where the text came from: messages name it, and a relative script is taken
     from its directory.
     """
-    return parse_hosts(text, path, is_file=Path.is_file, is_dir=Path.is_dir)
+    return parse_hosts(text, path, is_file=Path.is_file, is_dir=Path.is_dir, user=user)
 
 
-def load_config(path: str | Path) -> HostsConfig:
-    """Read and check the hosts file; a missing or unreadable file is a ConfigError too."""
+def load_config(path: str | Path, user: UserDefaults = NO_USER_DEFAULTS) -> HostsConfig:
+    """Read and check the hosts file; a missing or unreadable file is a ConfigError too.
+
+    ``user`` is the user-wide defaults (``user.load_user_config``); the CLI passes them, a
+    test or library caller gets exactly the file."""
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -37,4 +42,4 @@ def load_config(path: str | Path) -> HostsConfig:
         line = data[: exc.start].count(b"\n") + 1
         raise ConfigError([Problem(str(path), line, "file",
                                    "is not UTF-8 text; save it as UTF-8.")]) from None
-    return parse_config(text, path)
+    return parse_config(text, path, user)

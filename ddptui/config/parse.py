@@ -29,6 +29,7 @@ from ddptui.config.model import (
     SSHOptions,
 )
 from ddptui.config.nodes import NodeWalker
+from ddptui.config.user import NO_USER_DEFAULTS, UserDefaults, merge_defaults
 from ddptui.config.values import Check, ListOf, show
 from ddptui.config.yaml_marks import MISSING, NULL_TAG, Entry, line_of
 
@@ -40,10 +41,11 @@ _ENDPOINT_RE = re.compile(r"(?:\[([^\]]+)\]|([^:\[\]]+)):(\d{1,6})\Z")
 
 class _HostsParser(NodeWalker):
     def __init__(self, text: str, path: Path, is_file: Callable[[Path], bool],
-                 is_dir: Callable[[Path], bool]) -> None:
+                 is_dir: Callable[[Path], bool], user: UserDefaults = NO_USER_DEFAULTS) -> None:
         super().__init__(text, path, SYNONYMS)
         self.is_file = is_file
         self.is_dir = is_dir
+        self.user = user
 
     def parse(self) -> HostsConfig | None:
         root = self.compose()
@@ -61,10 +63,11 @@ class _HostsParser(NodeWalker):
             return None
         rendezvous = self.rendezvous(top.get("rendezvous"))
         job = self.job(top.get("job"))
-        ssh = build(SSHOptions, self.section(top.get("ssh"), "ssh", SSHOptions)[0])
+        ssh = build(SSHOptions, {**self.user.ssh,
+                                 **self.section(top.get("ssh"), "ssh", SSHOptions)[0]})
         health = build(HealthConfig,
                        self.section(top.get("health"), "health", HealthConfig)[0])
-        defaults = self.defaults(top.get("defaults"))
+        defaults = merge_defaults(self.user.defaults, self.defaults(top.get("defaults")))
         if "nodes" not in top:
             self.problem(line_of(root), "nodes",
                          "is missing; list the machines to run on under `nodes:`.")
@@ -272,15 +275,16 @@ class _HostsParser(NodeWalker):
 
 def parse_hosts(text: str, path: str | Path, *,
                 is_file: Callable[[Path], bool] = lambda _: True,
-                is_dir: Callable[[Path], bool] = lambda _: True) -> HostsConfig:
+                is_dir: Callable[[Path], bool] = lambda _: True,
+                user: UserDefaults = NO_USER_DEFAULTS) -> HostsConfig:
     """Check a whole hosts file; raise ConfigError naming every problem in it.
 
     ``is_file`` and ``is_dir`` answer whether a local ``job.script`` and ``job.project``
     exist; they are the only questions about the file system, asked by ``load.py``, so that
-    this stays pure.
+    this stays pure. ``user`` holds the user-wide defaults, which the file's own override.
     """
     path = Path(path)
-    parser = _HostsParser(text, path, is_file, is_dir)
+    parser = _HostsParser(text, path, is_file, is_dir, user)
     try:
         config = parser.parse()
     except RecursionError:

@@ -55,6 +55,7 @@ from ddptui.store.owner import this_controller
 from ddptui.store.record import Recorder
 from ddptui.store.runs import run_taken
 from ddptui.store.runs import state_root as resolve_state_root
+from ddptui.store.saved import write_saved_hosts
 from ddptui.store.store import Store
 
 
@@ -81,6 +82,8 @@ class Session:
         self.store.set_run(run_id=self.run_id)
         for n in config.nodes:
             self.store.add_node(n.name, config.node_rank(n))
+        if record is None:  # a new run keeps its resolved config as a hosts file (--again)
+            write_saved_hosts(self.local_dir, config)
         record = record or RunRecord(self.run_id, redact_config_dict(config.to_dict()))
         record.controller = this_controller()  # for stale runs
         self.recorder = Recorder(self.local_dir, record)

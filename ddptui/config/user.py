@@ -1,0 +1,95 @@
+"""The user-wide file, ``$XDG_CONFIG_HOME/ddptui/config.yaml``: defaults under every run.
+
+People keep the same login, key, interpreter and workdir for every cluster they use; writing
+them into each hosts file (and each ad-hoc ``ddptui run -H``) is what this file spares. It
+holds ``defaults:`` (the hosts file's own keys for it) and ``ssh:`` (how to connect, e.g. a
+cluster's own ssh config), checked by the hosts-file parser so that its mistakes read the
+same, naming this file and line. A hosts file's own ``defaults:`` and ``ssh:`` win per key;
+``env`` is merged, the hosts file's names winning.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddptui.config.model import ConfigError, Problem
+from ddptui.config.yaml_marks import MISSING
+
+#: The top-level keys of the user-wide file.
+USER_KEYS = ("defaults", "ssh")
+
+#: A node's values with their lines (as ``nodes.Fields``); MISSING for a reported mistake.
+Fields = dict[str, tuple[Any, int]]
+
+
+@dataclass(frozen=True)
+class UserDefaults:
+    """What the user-wide file gives: node defaults and ssh options, as parsed values."""
+
+    defaults: Fields = field(default_factory=dict)
+    ssh: Mapping[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+
+
+NO_USER_DEFAULTS = UserDefaults()
+
+
+def user_config_path(environ: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_CONFIG_HOME/ddptui/config.yaml``, else ``~/.config/ddptui/config.yaml``."""
+    environ = os.environ if environ is None else environ
+    base = environ.get("XDG_CONFIG_HOME") or os.path.join(
+        environ.get("HOME") or os.path.expanduser("~"), ".config")
+    return Path(base) / "ddptui" / "config.yaml"
+
+
+def merge_defaults(user: Fields, own: Fields) -> Fields:
+    """The hosts file's ``defaults:`` over the user-wide ones, per key; ``env`` merged."""
+    merged = {**user, **own}
+    envs = [src["env"][0] for src in (user, own)
+            if "env" in src and src["env"][0] is not MISSING]
+    if len(envs) == 2:
+        merged["env"] = ({**envs[0], **envs[1]}, own["env"][1])
+    return merged
+
+
+def parse_user_config(text: str, path: str | Path) -> UserDefaults:
+    """Check the user-wide file; raise ConfigError naming every problem with its line."""
+    from ddptui.config.model import SSHOptions
+    from ddptui.config.parse import _HostsParser
+
+    path = Path(path)
+    walker = _HostsParser(text, path, Path.is_file, Path.is_dir)
+    root = walker.compose()
+    out = UserDefaults(path=path)
+    if root is not None:
+        top = walker.mapping(root, "", USER_KEYS,
+                             what="a mapping with `defaults:` and `ssh:`") or {}
+        defaults = walker.defaults(top.get("defaults"))
+        ssh = walker.section(top.get("ssh"), "ssh", SSHOptions)[0]
+        out = UserDefaults(defaults, ssh, path)
+    if walker.problems:
+        raise ConfigError(sorted(walker.problems, key=lambda p: p.line or 0))
+    return out
+
+
+def load_user_config(environ: Mapping[str, str] | None = None) -> UserDefaults:
+    """The user-wide file's defaults; none when it does not exist."""
+    path = user_config_path(environ)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return NO_USER_DEFAULTS
+    except OSError as exc:
+        raise ConfigError([Problem(str(path), None, "file",
+                                   f"cannot be read: {exc.strerror or exc}.")]) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError([Problem(str(path), line, "file",
+                                   "is not UTF-8 text; save it as UTF-8.")]) from None
+    return parse_user_config(text, path)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ddptui import __version__
 
@@ -27,8 +27,21 @@ _NO_PREFLIGHT = ("launch without the automatic preflight (rendezvous port free a
                  "interfaces, versions, GPUs, workdir; see `ddptui check`)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Remembers every option that takes a value (subparsers too: they share the set), so
+    that the option's value is not taken for the script (``split_script_args``)."""
+
+    value_options: ClassVar[set[str]] = set()
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        if action.nargs is None:
+            _Parser.value_options.update(action.option_strings)
+        return action
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="ddptui",
         description="Launch, follow and stop multi-node PyTorch DDP jobs from one terminal. "
                     "`ddptui HOSTS.yaml` opens the dashboard.",
@@ -145,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     from ddptui.config.adhoc import split_script_args
 
     parser = _parser()
-    argv, script_args = split_script_args(argv, _value_options(parser))
+    argv, script_args = split_script_args(argv, _Parser.value_options)
     args = parser.parse_args(argv)
     args.script_args = script_args
     if args.command is None:
@@ -155,15 +168,6 @@ def main(argv: list[str] | None = None) -> int:
         return int(_dispatch(args))
     except KeyboardInterrupt:
         return 130
-
-
-def _value_options(parser: argparse.ArgumentParser) -> set[str]:
-    """Every option that takes a value, so that its value is not taken for the script."""
-    actions = list(parser._actions)  # noqa: SLF001 - argparse lists them nowhere else
-    for a in parser._actions:  # noqa: SLF001
-        if isinstance(a, argparse._SubParsersAction):  # noqa: SLF001
-            actions += [b for sp in a.choices.values() for b in sp._actions]  # noqa: SLF001
-    return {o for a in actions if a.nargs is None for o in a.option_strings}
 
 
 def _load(path: Path) -> HostsConfig | None:

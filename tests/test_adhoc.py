@@ -21,11 +21,10 @@ from ddptui.config.adhoc import (
     saved_document,
     split_script_args,
 )
-from ddptui.config.parse import parse_hosts
+from ddptui.config.parse import parse_hosts, parse_user_config
 from ddptui.config.user import (
     NO_USER_DEFAULTS,
     merge_defaults,
-    parse_user_config,
     user_config_path,
 )
 

@@ -29,7 +29,7 @@ from ddptui.config.model import (
     SSHOptions,
 )
 from ddptui.config.nodes import NodeWalker
-from ddptui.config.user import NO_USER_DEFAULTS, UserDefaults, merge_defaults
+from ddptui.config.user import NO_USER_DEFAULTS, USER_KEYS, UserDefaults, merge_defaults
 from ddptui.config.values import Check, ListOf, show
 from ddptui.config.yaml_marks import MISSING, NULL_TAG, Entry, line_of
 
@@ -295,3 +295,20 @@ def parse_hosts(text: str, path: str | Path, *,
             parser.problem(None, "file", "could not be read.")
         raise ConfigError(sorted(parser.problems, key=lambda p: (p.line or 0)))
     return config
+
+
+def parse_user_config(text: str, path: str | Path) -> UserDefaults:
+    """Check the user-wide file (``user.py``); raise ConfigError naming every problem."""
+    path = Path(path)
+    walker = _HostsParser(text, path, Path.is_file, Path.is_dir)
+    root = walker.compose()
+    out = UserDefaults(path=path)
+    if root is not None:
+        top = walker.mapping(root, "", USER_KEYS,
+                             what="a mapping with `defaults:` and `ssh:`") or {}
+        defaults = walker.defaults(top.get("defaults"))
+        ssh = walker.section(top.get("ssh"), "ssh", SSHOptions)[0]
+        out = UserDefaults(defaults, ssh, path)
+    if walker.problems:
+        raise ConfigError(sorted(walker.problems, key=lambda p: p.line or 0))
+    return out

@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddptui.config.model import ConfigError, Problem
 from ddptui.config.yaml_marks import MISSING
 
-#: The top-level keys of the user-wide file.
+#: The top-level keys of the user-wide file (read by ``parse.parse_user_config``).
 USER_KEYS = ("defaults", "ssh")
 
 #: A node's values with their lines (as ``nodes.Fields``); MISSING for a reported mistake.
@@ -54,42 +53,3 @@ def merge_defaults(user: Fields, own: Fields) -> Fields:
     if len(envs) == 2:
         merged["env"] = ({**envs[0], **envs[1]}, own["env"][1])
     return merged
-
-
-def parse_user_config(text: str, path: str | Path) -> UserDefaults:
-    """Check the user-wide file; raise ConfigError naming every problem with its line."""
-    from ddptui.config.model import SSHOptions
-    from ddptui.config.parse import _HostsParser
-
-    path = Path(path)
-    walker = _HostsParser(text, path, Path.is_file, Path.is_dir)
-    root = walker.compose()
-    out = UserDefaults(path=path)
-    if root is not None:
-        top = walker.mapping(root, "", USER_KEYS,
-                             what="a mapping with `defaults:` and `ssh:`") or {}
-        defaults = walker.defaults(top.get("defaults"))
-        ssh = walker.section(top.get("ssh"), "ssh", SSHOptions)[0]
-        out = UserDefaults(defaults, ssh, path)
-    if walker.problems:
-        raise ConfigError(sorted(walker.problems, key=lambda p: p.line or 0))
-    return out
-
-
-def load_user_config(environ: Mapping[str, str] | None = None) -> UserDefaults:
-    """The user-wide file's defaults; none when it does not exist."""
-    path = user_config_path(environ)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return NO_USER_DEFAULTS
-    except OSError as exc:
-        raise ConfigError([Problem(str(path), None, "file",
-                                   f"cannot be read: {exc.strerror or exc}.")]) from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise ConfigError([Problem(str(path), line, "file",
-                                   "is not UTF-8 text; save it as UTF-8.")]) from None
-    return parse_user_config(text, path)

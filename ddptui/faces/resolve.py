@@ -24,7 +24,8 @@ from ddptui.config.adhoc import (
     parse_host_list,
     withheld_in,
 )
-from ddptui.config.user import UserDefaults, load_user_config
+from ddptui.config.load import load_user_config
+from ddptui.config.user import UserDefaults
 from ddptui.store import rundir
 from ddptui.store.runs import state_root
 

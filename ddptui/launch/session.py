@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ddptui.config import HostsConfig
-from ddptui.config.secrets import config_masker, redact_config_dict
+from ddptui.config.secrets import config_masker
 from ddptui.events import Event, Level, NodeState, NodeStatus, RunStatus, ssh_line
 from ddptui.launch import attach, phases, torchrun_tee, withheld
 from ddptui.launch.bus import EventBus, Listener
@@ -53,9 +53,8 @@ from ddptui.run_state import (
 from ddptui.store import rundir
 from ddptui.store.owner import this_controller
 from ddptui.store.record import Recorder
-from ddptui.store.runs import run_taken
+from ddptui.store.runs import new_record, run_taken
 from ddptui.store.runs import state_root as resolve_state_root
-from ddptui.store.saved import write_saved_hosts
 from ddptui.store.store import Store
 
 
@@ -82,9 +81,7 @@ class Session:
         self.store.set_run(run_id=self.run_id)
         for n in config.nodes:
             self.store.add_node(n.name, config.node_rank(n))
-        if record is None:  # a new run keeps its resolved config as a hosts file (--again)
-            write_saved_hosts(self.local_dir, config)
-        record = record or RunRecord(self.run_id, redact_config_dict(config.to_dict()))
+        record = record or new_record(self.local_dir, self.run_id, config)  # + hosts.yaml
         record.controller = this_controller()  # for stale runs
         self.recorder = Recorder(self.local_dir, record)
         self._state = record.status

@@ -11,11 +11,15 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddptui.events import RunStatus
 from ddptui.store import rundir
 from ddptui.store.owner import Owner, owner_of
+
+if TYPE_CHECKING:
+    from ddptui.config.model import HostsConfig
+    from ddptui.run_state import RunRecord
 
 #: run.json's record that ``ddptui clean`` removed (or found gone) the run's node dirs.
 NODE_FILES_REMOVED = "node_files_removed"
@@ -114,3 +118,13 @@ def summary_of(d: Path, data: dict[str, Any]) -> RunSummary:
         alive_at_check=stale and isinstance(checked, dict) and bool(checked.get("alive")),
         node_files_removed=NODE_FILES_REMOVED in data,
     )
+
+
+def new_record(run_dir: Path, run_id: str, config: HostsConfig) -> RunRecord:
+    """A new run's ``run.json`` record (secrets withheld), its hosts file saved beside it."""
+    from ddptui.config.secrets import redact_config_dict
+    from ddptui.run_state import RunRecord
+    from ddptui.store.saved import write_saved_hosts
+
+    write_saved_hosts(run_dir, config)
+    return RunRecord(run_id, redact_config_dict(config.to_dict()))

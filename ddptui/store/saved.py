@@ -29,3 +29,4 @@ def write_saved_hosts(run_dir: Path, config: HostsConfig) -> Path:
         f.write(_HEADER + text)
     os.replace(tmp, path)
     return path
+

@@ -89,3 +89,30 @@ def test_an_existing_file_is_kept_without_force(tmp_path: Path) -> None:
     res = _init("a", cwd=tmp_path)
     assert res.returncode == 2 and "already exists; --force replaces it" in res.stderr
     assert (tmp_path / "hosts.yaml").read_text() == "mine\n"
+
+
+# -- a real 2-host cluster -------------------------------------------------------------------
+@pytest.mark.cluster
+@pytest.mark.torchrun
+def test_init_on_the_cluster_writes_a_file_check_passes(cluster2: object,
+                                                        tmp_path: Path) -> None:
+    from cluster import Cluster
+
+    c: Cluster = cluster2  # type: ignore[assignment]
+    ssh = ["--ssh-config", str(c.ssh_config), "--known-hosts", str(c.known_hosts)]
+    res = _init("node1", "node2", *ssh, cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "2 node(s) ready" in res.stdout
+    d = yaml.safe_load((tmp_path / "hosts.yaml").read_text())
+    want = str(Path(sys.executable).parent / "python3")  # the nodes' python3 on PATH
+    assert [(n["host"], n["python"], n["nproc_per_node"]) for n in d["nodes"]] == [
+        ("node1", want, 1), ("node2", want, 1)]
+    assert f"# toward node1: eth0, from {c['node2'].ip}" in (tmp_path / "hosts.yaml").read_text()
+
+    bad = _init("node1", "node2", *ssh, "--python", "/usr/bin/python3", "--force",
+                "-o", "other.yaml", cwd=tmp_path)
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+    assert "host node1: no python there imports torch; tried:" in bad.stderr
+    assert "  /usr/bin/python3 (--python): ModuleNotFoundError: No module named 'torch'" \
+        in bad.stderr
+    assert not (tmp_path / "other.yaml").exists()

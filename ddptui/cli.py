@@ -176,7 +176,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return show_nccl(args.state_dir, args.run_id, rank=args.rank, as_json=args.json)
     if args.command == "init":
-        from ddptui.scaffold.command import run_init
+        from ddptui.faces.init import run_init
 
         return run_init(args.hosts, args.output, python=args.python, force=args.force,
                         ssh_config=args.ssh_config, known_hosts=args.known_hosts)

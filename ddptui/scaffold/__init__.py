@@ -1,1 +1,1 @@
-"""``ddptui init``: ask each host what it has, and write a hosts file that says so."""
+"""What ``ddptui init`` asks a host and the file it writes (the command: ``faces/init.py``)."""

@@ -3,7 +3,8 @@
 Exit codes: the run's own (0 only when every node exited 0), 2 for bad input of any kind
 (hosts file, unreachable node, unknown host key, missing interpreter, a failed preflight:
 nothing was started), 130 for a run stopped by Ctrl-C. `ddptui check` exits 0 when every
-check passed, 1 when any failed (the cluster is not ready), 2 for a bad hosts file.
+check passed, 1 when any failed (the cluster is not ready), 2 for a bad hosts file;
+`ddptui init` as `check` once the file is written, 2 when nothing was written.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from ddptui.config import HostsConfig
 
 COMMANDS = ("run", "check", "attach", "stop", "logs", "dashboard", "schema", "nccl",
-            "stacks", "clean")
+            "stacks", "clean", "init")
 USAGE_EXIT = 2
 
 
@@ -142,6 +143,21 @@ def _parser() -> argparse.ArgumentParser:
     cl.add_argument("--keep-logs", action="store_true",
                     help="remove node-side files only; keep the local logs (`ddptui logs` "
                          "marks them)")
+    i = sub.add_parser("init", help="ask each host which python imports torch and how many "
+                                     "GPUs it has, write a commented hosts file, then check it")
+    i.add_argument("hosts", nargs="+", metavar="HOST",
+                   help="a name, address or ~/.ssh/config alias; the first is the rendezvous")
+    i.add_argument("-o", "--output", type=Path, default=Path("hosts.yaml"),
+                   help="the hosts file to write (default: hosts.yaml)")
+    i.add_argument("--python", default=None,
+                   help="the interpreter to use on every host (then no other is tried)")
+    i.add_argument("--force", action="store_true", help="replace an existing file")
+    i.add_argument("--ssh-config", type=Path, default=None,
+                   help="OpenSSH client config (default: ~/.ssh/config); written as "
+                        "ssh.config_file")
+    i.add_argument("--known-hosts", type=Path, default=None,
+                   help="host keys to trust (default: ~/.ssh/known_hosts); written as "
+                        "ssh.known_hosts")
     return p
 
 
@@ -185,6 +201,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         from ddptui.faces.nccl import show_nccl
 
         return show_nccl(args.state_dir, args.run_id, rank=args.rank, as_json=args.json)
+    if args.command == "init":
+        from ddptui.faces.init import run_init
+
+        return run_init(args.hosts, args.output, python=args.python, force=args.force,
+                        ssh_config=args.ssh_config, known_hosts=args.known_hosts)
     if args.command == "stacks":
         from ddptui.faces.stacks import show_stacks
 

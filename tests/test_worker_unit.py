@@ -320,7 +320,8 @@ def one_rank_group() -> Iterator[None]:
     dist.destroy_process_group()
 
 
-def _final_eval(tmp: Path, attempt: int, *flags: str) -> tuple[list[dict[str, object]], float]:
+def _train(tmp: Path, attempt: int, *flags: str) -> list[str]:
+    """Every line a one-rank run wrote (metric and plain), also when it raised."""
     import threading
 
     from ddptui_worker.train import Run
@@ -333,8 +334,15 @@ def _final_eval(tmp: Path, attempt: int, *flags: str) -> tuple[list[dict[str, ob
     out = io.StringIO()
     try:
         Run(args, env, [], "gloo", metrics.Emitter(0, attempt, out=out), threading.Event()).loop()
-    finally:
-        lines = [json.loads(x[len(METRIC_MARK):]) for x in out.getvalue().splitlines()]
+    except BaseException as e:
+        e.add_note(out.getvalue())
+        raise
+    return out.getvalue().splitlines()
+
+
+def _final_eval(tmp: Path, attempt: int, *flags: str) -> tuple[list[dict[str, object]], float]:
+    out = _train(tmp, attempt, *flags)
+    lines = [json.loads(x[len(METRIC_MARK):]) for x in out if x.startswith(METRIC_MARK)]
     evals = [x["eval_loss"] for x in lines if x["kind"] == "eval"]
     return lines, evals[-1] if evals else math.nan
 
@@ -347,3 +355,39 @@ def test_resumed_run_matches_the_uninterrupted_one(tmp_path: Path, one_rank_grou
     assert lines[0]["start_step"] == 5
     assert [x["step"] for x in lines if x["kind"] == "metric"] == list(range(6, 13))
     assert resumed == straight
+
+
+def _plain(lines: list[str]) -> list[str]:
+    return [x for x in lines if not x.startswith(METRIC_MARK)]
+
+
+def test_a_resume_says_from_which_step_of_how_many(tmp_path: Path,
+                                                    one_rank_group: None) -> None:
+    with pytest.raises(InjectedCrash):
+        _train(tmp_path, 0, "--crash-rank", "0", "--crash-step", "8")
+    lines = _train(tmp_path, 1)
+    assert _plain(lines) == [f"resumed from snapshot {tmp_path}/snapshot-00000005.pt "
+                             "at step 5 of 12"]
+
+
+def test_a_second_run_in_a_finished_folder_says_it_has_nothing_to_do(
+        tmp_path: Path, one_rank_group: None) -> None:
+    assert _plain(_train(tmp_path, 0, "--steps", "10")) == []  # its last step is a snapshot
+    again = _train(tmp_path, 0, "--steps", "10")
+    assert _plain(again) == [
+        f"resumed from snapshot {tmp_path}/snapshot-00000010.pt: the run in this folder is "
+        "already complete (step 10 of 10), nothing to train; --fresh starts again from step 0"]
+    summary = json.loads(again[-1][len(METRIC_MARK):])
+    assert summary["kind"] == "summary" and summary["steps_run"] == 0
+
+
+def test_fresh_removes_the_old_snapshots_but_a_restart_still_resumes(
+        tmp_path: Path, one_rank_group: None) -> None:
+    _train(tmp_path, 0)
+    (tmp_path / "notes.txt").write_text("kept")
+    with pytest.raises(InjectedCrash):
+        _train(tmp_path, 0, "--fresh", "--crash-rank", "0", "--crash-step", "8")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "snapshot-00000005.pt"]
+    lines = _train(tmp_path, 1, "--fresh")  # torchrun's restart repeats the flags
+    assert _plain(lines) == [f"resumed from snapshot {tmp_path}/snapshot-00000005.pt "
+                             "at step 5 of 12"]

@@ -82,7 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--snapshot-every", type=_non_negative, default=50, help="0: never")
     g.add_argument("--snapshot-dir", default="ckpt", help="relative to the working directory")
     g.add_argument("--no-resume", action="store_true",
-                   help="ignore snapshots already in --snapshot-dir")
+                   help="ignore snapshots already in --snapshot-dir, on every restart too")
+    g.add_argument("--fresh", action="store_true",
+                   help="start again from step 0: remove the snapshots an earlier run left in "
+                        "--snapshot-dir (restarts of this run still resume from its own)")
     g.add_argument("--stop-check-every", type=_positive, default=10,
                    help="steps between the ranks' agreement on a SIGTERM (then all stop at "
                         "the same step); 1 reacts fastest, at one tiny all-reduce per step")

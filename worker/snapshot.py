@@ -35,6 +35,16 @@ def newest(directory: Path) -> Path | None:
     return max(found)[1] if found else None
 
 
+def remove_all(directory: Path) -> int:
+    """Remove every snapshot in ``directory`` (``--fresh``); other files stay. Returns how many."""
+    if not directory.is_dir():
+        return 0
+    gone = [p for p in directory.iterdir() if step_of(p) is not None]
+    for p in gone:
+        p.unlink(missing_ok=True)
+    return len(gone)
+
+
 def rng_state() -> dict[str, Any]:
     state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
     if torch.cuda.is_available():

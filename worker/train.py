@@ -158,6 +158,12 @@ class Run:
         """
         if self.args.no_resume:
             return
+        if self.args.fresh and self.env.attempt == 0:
+            # Only rank 0 looks for a snapshot (below): removing its copies is enough.
+            if self.env.rank == 0 and (gone := snapshot.remove_all(self.snap_dir)):
+                self.emit.line(f"--fresh: removed {gone} snapshot(s) of an earlier run from "
+                               f"{self.snap_dir}")
+            return
         name = b""
         if self.env.rank == 0 and (newest := snapshot.newest(self.snap_dir)) is not None:
             name = newest.name.encode()
@@ -190,6 +196,19 @@ class Run:
         snapshot.set_rng_state(state["rng"])
         self.step = int(state["step"])
         self.resumed_from = str(path)
+        if self.env.rank == 0:
+            self.emit.line(self.resumed_line(path))
+
+    def resumed_line(self, path: Path) -> str:
+        """Says plainly what a resume means, so a second run in a folder is not a silent no-op."""
+        total = self.args.steps
+        epochs_done = self.step // self.train.steps_per_epoch >= self.args.epochs
+        if self.step >= total or epochs_done:
+            bound = (f"step {self.step} of {total}" if self.step >= total
+                     else f"epoch {self.args.epochs} of {self.args.epochs}")
+            return (f"resumed from snapshot {path}: the run in this folder is already complete "
+                    f"({bound}), nothing to train; --fresh starts again from step 0")
+        return f"resumed from snapshot {path} at step {self.step} of {total}"
 
     # -- the loop ----------------------------------------------------------------------
     def step_once(self, windows: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:

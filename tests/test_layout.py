@@ -161,7 +161,7 @@ LAUNCH_LINES = 4746
 #: What later work added to ``ddptui/launch/`` since, each named: a feature may grow it, a
 #: rework may not.
 GROWN_SINCE = {
-    "the rendezvous port reserved on the store's node (reserve.py, its phase, is_host)": 222,
+    "the rendezvous port reserved on the store's node (reserve.py, its phase, is_host)": 235,
     "progress-bar states cut in the node's tee and kept by the bus": 51,
     "metric scanners handed to the followers and to attach's replay": 6,
     "a lost node's lines fetched when reached again, and what was stopped there said": 9,

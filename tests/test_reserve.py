@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,9 +21,10 @@ DEAD_PID = 2**22 + 17  # above pid_max's default: no such process
 
 
 def take(folder: Path, run: str, ports: list[int], *, young_s: float = 600.0,
-         key: str = "10.0.0.1") -> reserve.Reserved:
+         key: str = "10.0.0.1", ndir: str = "/nonexistent") -> reserve.Reserved:
     args = {"dir": str(folder), "key": key, "ports": ports, "run": run, "young_s": young_s,
-            "owner": rundir.LOCK_OWNER, "pid": rundir.LOCK_PID}
+            "owner": rundir.LOCK_OWNER, "pid": rundir.LOCK_PID, "ndir": ndir,
+            "exit": rundir.EXIT_CODE}
     done = subprocess.run([sys.executable, "-S", "-c", reserve.NODE_SRC, json.dumps(args)],
                           capture_output=True, text=True, timeout=30, check=True)
     return reserve.parse(done.stdout)
@@ -36,7 +38,7 @@ def started(lock: str | None, pid: int) -> None:
 def test_the_first_run_takes_the_port_and_a_second_sees_it_held(tmp_path: Path) -> None:
     first = take(tmp_path, "run-a", [29400])
     assert first.port == 29400 and first.held == ()
-    assert Path(first.lock or "", rundir.LOCK_OWNER).read_text() == "run-a\n"
+    assert Path(first.lock or "", rundir.LOCK_OWNER).read_text() == "run-a\n/nonexistent\n"
     second = take(tmp_path, "run-b", [29400])
     assert second.port is None and second.held == ((29400, "run-a"),)
 
@@ -55,8 +57,32 @@ def test_a_lock_whose_launch_sh_is_gone_is_taken_over(tmp_path: Path) -> None:
     started(first.lock, DEAD_PID)
     again = take(tmp_path, "run-b", [29400])
     assert (again.port, again.held) == (29400, ())
-    assert Path(again.lock or "", rundir.LOCK_OWNER).read_text() == "run-b\n"
+    assert Path(again.lock or "", rundir.LOCK_OWNER).read_text().startswith("run-b\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["10.0.0.1-29400"]  # no leftovers
+
+
+def test_a_run_that_ended_frees_its_port_though_its_launch_sh_lingers(tmp_path: Path) -> None:
+    ndir = tmp_path / "node0"
+    ndir.mkdir()
+    first = take(tmp_path / "locks", "run-a", [29400], ndir=str(ndir))
+    started(first.lock, os.getpid())  # alive, but the run wrote its exit code
+    assert take(tmp_path / "locks", "run-b", [29400]).port is None
+    (ndir / rundir.EXIT_CODE).write_text("0\n")
+    assert take(tmp_path / "locks", "run-b", [29400]).port == 29400
+
+
+def test_a_launch_sh_ended_but_not_reaped_holds_nothing(tmp_path: Path) -> None:
+    zombie = subprocess.Popen(["true"])  # not waited for: a zombie once it exits
+    try:
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{zombie.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the child never ended"
+            time.sleep(0.01)
+        first = take(tmp_path, "run-a", [29400])
+        started(first.lock, zombie.pid)
+        assert take(tmp_path, "run-b", [29400]).port == 29400
+    finally:
+        zombie.wait(10)
 
 
 def test_a_lock_not_yet_started_is_live_while_young_only(tmp_path: Path) -> None:

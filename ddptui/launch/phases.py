@@ -42,7 +42,7 @@ def launch(ctx: LaunchContext, *, checks_first: bool, planned: Callable[[Plan], 
         raise Abort(e.problems, cleanup=False) from None
     walked = project.prepare(ctx)  # a project that cannot ship is refused before any node
     homes = reach(ctx)
-    store = reserve.reserve_port(ctx)
+    store = reserve.reserve_port(ctx, homes)
     hold = None if ctx.config.job.setup else ctx.hold_s
     plan = planned(make_node_plans(ctx, homes, walked, hold, store))
     early = hold is not None and start_early(ctx, plan)

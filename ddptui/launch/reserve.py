@@ -5,8 +5,9 @@ before either has bound it); the first torchrun binds it, and torch's c10d rende
 the second run's agents fall back to being clients of that store, so the second run lives
 inside the first one's store and dies with it. A lock directory per host address and port,
 made with one atomic ``mkdir`` on the store's node, settles who has the port. Its owner is
-alive while the ``launch.sh`` that wrote its pid into the lock lives (or, before it starts,
-while the lock is young); a dead owner's lock is taken over. A port
+alive while the ``launch.sh`` that wrote its pid into the lock lives and its node dir there
+holds no exit code (or, before it starts, while the lock is young); a dead owner's lock is
+taken over. A port
 left to ddptui moves on to the next free one; a port the hosts file fixes is refused.
 """
 
@@ -14,10 +15,11 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from ddptui.events import ssh_line
-from ddptui.launch.plan import quote
+from ddptui.launch.plan import expand_home, quote
 from ddptui.launch.ports import Abort, LaunchContext
 from ddptui.launch.preflight import endpoint_of
 from ddptui.run_state import NodeEvent
@@ -43,9 +45,11 @@ except OSError:
 def alive(lock):
     try:
         with open(os.path.join(lock, a["owner"])) as f:
-            run = f.readline().strip()
+            run, ndir = (f.read().split("\n") + ["", ""])[:2]
     except OSError:
-        run = ""
+        run, ndir = "", ""
+    if ndir and os.path.exists(os.path.join(ndir, a["exit"])):
+        return run, False  # the run ended there (its launch.sh may linger a moment)
     try:
         with open(os.path.join(lock, a["pid"])) as f:
             pid = int(f.read())
@@ -54,6 +58,12 @@ def alive(lock):
             return run, time.time() - os.stat(lock).st_mtime < a["young_s"]
         except OSError:
             return run, False
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return run, False  # ended, not yet reaped
+    except (OSError, IndexError):
+        pass
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -83,7 +93,7 @@ for port in a["ports"]:
                 pass
             continue
         with open(os.path.join(lock, a["owner"]), "w") as f:
-            f.write(a["run"] + "\n")
+            f.write(a["run"] + "\n" + a["ndir"] + "\n")
         print(json.dumps({"port": port, "lock": lock, "held": held}))
         sys.exit(0)
 print(json.dumps({"port": None, "held": held}))
@@ -110,9 +120,10 @@ def lock_key(host: str) -> str:
     return "".join(c if c.isalnum() or c in ".-" else "_" for c in host) or "host"
 
 
-def reserve_cmd(python: str, *, host: str, ports: list[int], run_id: str) -> str:
+def reserve_cmd(python: str, *, host: str, ports: list[int], run_id: str, ndir: str) -> str:
     args = {"dir": rundir.RDZV_LOCKS, "key": lock_key(host), "ports": ports, "run": run_id,
-            "young_s": YOUNG_S, "owner": rundir.LOCK_OWNER, "pid": rundir.LOCK_PID}
+            "ndir": ndir, "young_s": YOUNG_S, "owner": rundir.LOCK_OWNER,
+            "pid": rundir.LOCK_PID, "exit": rundir.EXIT_CODE}
     return f"exec {quote(python)} -S -c {quote(NODE_SRC)} {quote(json.dumps(args))}"
 
 
@@ -167,7 +178,7 @@ class Store:
     lock: str
 
 
-def reserve_port(ctx: LaunchContext) -> Store | None:
+def reserve_port(ctx: LaunchContext, homes: Mapping[str, str]) -> Store | None:
     """The rendezvous port, reserved on the store's node before anything starts
     (:mod:`ddptui.launch.reserve`); the config takes the port reserved. None: the store is
     on no node of the run (an outside endpoint), whose port is not ddptui's to keep."""
@@ -178,7 +189,9 @@ def reserve_port(ctx: LaunchContext) -> Store | None:
         return None
     node, fixed = cfg.node(endpoint.node), cfg.rendezvous.port is not None
     ports = candidates(cfg.rendezvous.effective_port, fixed)
-    cmd = reserve_cmd(node.python, host=endpoint.host, ports=ports, run_id=ctx.run_id)
+    ndir = rundir.node_dir(expand_home(node.workdir, homes[node.name]), ctx.run_id,
+                           cfg.node_rank(node))
+    cmd = reserve_cmd(node.python, host=endpoint.host, ports=ports, run_id=ctx.run_id, ndir=ndir)
     try:
         res = ctx.pool.get(node.name).run(cmd, timeout=30)
         if res.exit_code != 0:

@@ -185,6 +185,11 @@ STREAMS = {
     "CR LF lines": ("a\r\nb\r\n\r\nc\n", "a\nb\n\nc\n"),
     "lines between bars": ("line 1\n\rbar 1\rbar 2\nline 2\n\rbar 3\n",
                            "line 1\n\rbar 1\nbar 2\nline 2\nbar 3\n"),
+    # Lightning's validation bar (tqdm position 1, leave=False), as an H100 recorded it
+    # (tests/data/metrics-gpu/h100-lightning-gpu-tqdm.stdout): down a line, a state, back up
+    "nested bar": ("\rEpoch 0: 50%| 1/2\n\rVal: 0%| 0/2\x1b[A\n\rVal: 50%| 1/2\x1b[A\n"
+                   "\r           \x1b[A\rEpoch 0: 100%| 2/2\n",
+                   "Epoch 0: 50%| 1/2\n\rVal: 0%| 0/2\n\rVal: 50%| 1/2\nEpoch 0: 100%| 2/2\n"),
 }
 
 
@@ -209,6 +214,17 @@ def test_a_stream_is_cut_as_a_terminal_shows_it_wherever_its_reads_end(name: str
         assert pieces([stream[:i], stream[i:]]) == want, i
         for j in range(i, n + 1, 3):
             assert pieces([stream[:i], stream[i:j], stream[j:]]) == want, (i, j)
+
+
+def test_a_recorded_validation_bar_leaves_no_line_of_its_own() -> None:
+    """Lightning on an H100: every validation state is a bar state, none a line."""
+    data = (Path(__file__).parent / "data" / "metrics-gpu" / "h100-lightning-gpu-tqdm.stdout"
+            ).read_bytes().decode()
+    block, rest, _, _ = cut(data, False)
+    lines = block.split("\n")
+    assert rest == "" and "\x1b" not in block
+    assert sum(ln.startswith("\rValidation") for ln in lines) >= 10
+    assert [ln for ln in lines if ln.startswith("Validation")] == []
 
 
 def test_what_cut_holds_and_says() -> None:

@@ -107,20 +107,27 @@ def tail_logfile(header: str, file: str, dst: TextIO, finished: Any, interval_se
 #: What ends a piece of a rank's output: a newline, or a carriage return on its own (a bar
 #: state) that is not the last character, which may be the first half of a CR LF.
 _END_RE = re.compile(r"\r\n|\n|\r(?=[\s\S])")
+#: Cursor up: a nested bar (tqdm's ``position`` 1: Lightning's validation bar, the Trainer's
+#: evaluation bar) goes down a line, draws, and comes back up, so the newline after it draws
+#: nothing for good: such a piece is a bar state too, and the code itself is dropped.
+UP = "\x1b[A"
 
 
 def cut(data: str, bar: bool) -> tuple[str, str, bool, bool]:
     """(the whole pieces of ``data``, each ending in a newline: a line as itself, a bar state
     after a CR, blank states left out; the rest; whether any piece ended; whether the rest
     follows a bare CR, given ``bar``, whether ``data`` does)."""
-    if "\r" not in data:  # the common case: lines, as many as are complete
+    if "\r" not in data and UP not in data:  # the common case: lines, as many as complete
         end = data.rfind("\n") + 1
         return data[:end], data[end:], end > 0, bar and not end
     lines, pos = [], 0
     for m in _END_RE.finditer(data):
         piece = data[pos:m.start()]
         bar = m.end() - m.start() == 1 and data[m.start()] == "\r"
-        if not bar:
+        up = piece.endswith(UP)
+        while piece.endswith(UP):
+            piece = piece[:-len(UP)]
+        if not (bar or up):
             lines.append(piece + "\n")
         elif piece.strip():
             lines.append(f"\r{piece}\n")

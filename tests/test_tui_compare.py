@@ -71,6 +71,19 @@ def test_a_big_file_is_read_in_windows_of_whole_lines(tmp_path: Path) -> None:
     assert steps == sorted(steps) and steps[0] == 0 and steps[-1] > 48_000
 
 
+def test_a_big_file_of_records_longer_than_a_window_still_gives_whole_ones(
+        tmp_path: Path) -> None:
+    """A flood's run of metric lines is one record of many kilobytes (``metrics.jsonl``'s
+    ``lines``): each window takes the first whole record that starts in it."""
+    path = tmp_path / "metrics.jsonl"
+    pad = "x" * 10_000
+    path.write_text("".join(json.dumps({"step": s, "loss": 1.0, "pad": pad}) + "\n"
+                            for s in range(600)))
+    sampled = sample_lines(path, read_whole=1000, windows=50, window=2048)
+    steps = [json.loads(line)["step"] for line in sampled]  # never a torn record
+    assert 45 <= len(steps) <= 50 and steps == sorted(set(steps)) and steps[-1] > 580
+
+
 def test_a_run_without_metrics_reads_as_empty(tmp_path: Path) -> None:
     write_run(tmp_path, "bare", None)
     assert read_overlay(tmp_path, "bare").series == {}

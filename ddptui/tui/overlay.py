@@ -24,6 +24,9 @@ READ_WHOLE = 4 << 20
 #: A bigger file is read as this many windows of :data:`WINDOW` bytes, spread over it.
 WINDOWS = 1024
 WINDOW = 4096
+#: A record is read whole up to this size: a run of a flood's metric lines (one follower read,
+#: ``ddptui.launch.follow.CHUNK``) is one record, far longer than a window.
+LONGEST = 16 << 20
 #: Points kept per series: a chart 1000 columns wide draws no more (min and max per column).
 MAX_POINTS = 2000
 #: The chart's own label for the dimmed series (``ddptui.chart.rows``), replaced by the run id.
@@ -53,22 +56,27 @@ def metrics_file(root: Path | None, run_id: str) -> Path:
 def sample_lines(path: Path, read_whole: int = READ_WHOLE, windows: int = WINDOWS,
                  window: int = WINDOW) -> list[str]:
     """Every line of a small file; of a big one, the whole lines inside ``windows`` evenly
-    spaced windows, in file order (so each series stays in step order, thinned)."""
+    spaced windows, in file order (so each series stays in step order, thinned); a window
+    that holds no whole line takes the first one that starts in it, however long."""
     with path.open("rb") as f:
         size = f.seek(0, 2)
         f.seek(0)
         if size <= read_whole:
             return f.read().decode(errors="replace").splitlines()
         out: list[str] = []
+        reached = 0  # where the last window's reading ended
         for i in range(windows):
             start = i * size // windows
+            if start < reached:
+                continue  # a long record read for the window before reaches past this one
             f.seek(start)
-            chunk = f.read(window)
-            parts = chunk.split(b"\n")
             if start > 0:
-                parts = parts[1:]  # torn at the front: the window began mid-line
-            if start + len(chunk) < size:
-                parts = parts[:-1]  # torn at the back
+                f.readline(LONGEST)  # torn at the front: the window began mid-line
+            chunk = f.read(window)
+            if b"\n" not in chunk:  # a record longer than a window: a flood's run of lines
+                chunk += f.readline(LONGEST)
+            reached = f.tell()
+            parts = chunk.split(b"\n")[:-1]  # what follows the last newline is torn
             out.extend(p.decode(errors="replace") for p in parts if p)
         return out
 

@@ -162,7 +162,7 @@ LAUNCH_LINES = 4746
 #: rework may not.
 GROWN_SINCE = {
     "the rendezvous port reserved on the store's node (reserve.py, its phase, is_host)": 235,
-    "progress-bar states cut in the node's tee (nested bars too) and kept by the bus": 59,
+    "progress-bar states cut in the node's tee (nested bars too) and kept by the bus": 64,
     "metric scanners handed to the followers and to attach's replay": 6,
     "a lost node's lines fetched when reached again, and what was stopped there said": 9,
     "attach of a run no node holds says so instead of following it": 39,

@@ -266,6 +266,22 @@ def test_a_bar_that_stops_moving_is_shown_within_a_look_and_ends_as_a_line(
     assert dst.getvalue().endswith("[r3]:\repoch 2\n[r3]:epoch 2\n")  # the rank's last words
 
 
+def test_a_nested_bar_that_stops_moving_is_shown_once_without_its_cursor_up(
+        tmp_path: Path) -> None:
+    """A validation bar's state waits for its newline after the cursor-up: shown when the
+    file is quiet as the state it draws, and not again when the newline comes."""
+    path, dst, finished = tmp_path / "stdout.log", Dst(), threading.Event()
+    path.write_text("")
+    t = tail(path, finished, dst)
+    write_and_wait(path, "\n\rVal: 50%|#####\x1b[A", dst, "[r3]:\n[r3]:\rVal: 50%|#####\n")
+    time.sleep(0.1)  # more looks at a quiet file: shown once
+    write_and_wait(path, "\n\rVal: 60%|######\x1b[A\n", dst,
+                   "[r3]:\n[r3]:\rVal: 50%|#####\n[r3]:\rVal: 60%|######\n")
+    finished.set()
+    t.join(10)
+    assert "\x1b" not in dst.getvalue()
+
+
 def test_a_flood_of_states_keeps_every_state_and_line_in_order(tmp_path: Path) -> None:
     path, dst, finished = tmp_path / "stdout.log", Dst(), threading.Event()
     path.write_text("")

@@ -97,7 +97,7 @@ def tail_logfile(header: str, file: str, dst: TextIO, finished: Any, interval_se
                     put(header, rest.rstrip("\r") + "\n", dst, keep)
                 return
             else:
-                state = rest.rstrip("\r")
+                state = unraised(rest.rstrip("\r"))
                 if (bar or state != rest) and state.strip() and state != shown:
                     put(header, "\r" + state + "\n", dst, keep)  # the bar as it stands now
                     shown = state
@@ -113,6 +113,13 @@ _END_RE = re.compile(r"\r\n|\n|\r(?=[\s\S])")
 UP = "\x1b[A"
 
 
+def unraised(piece: str) -> str:
+    """A piece without the cursor-ups a nested bar ends with."""
+    while piece.endswith(UP):
+        piece = piece[:-len(UP)]
+    return piece
+
+
 def cut(data: str, bar: bool) -> tuple[str, str, bool, bool]:
     """(the whole pieces of ``data``, each ending in a newline: a line as itself, a bar state
     after a CR, blank states left out; the rest; whether any piece ended; whether the rest
@@ -124,9 +131,8 @@ def cut(data: str, bar: bool) -> tuple[str, str, bool, bool]:
     for m in _END_RE.finditer(data):
         piece = data[pos:m.start()]
         bar = m.end() - m.start() == 1 and data[m.start()] == "\r"
-        up = piece.endswith(UP)
-        while piece.endswith(UP):
-            piece = piece[:-len(UP)]
+        drawn = unraised(piece)
+        up, piece = drawn != piece, drawn
         if not (bar or up):
             lines.append(piece + "\n")
         elif piece.strip():

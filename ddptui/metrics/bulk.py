@@ -85,6 +85,16 @@ def fits(r: Recognizer, text: str, count: int, gates: Sequence[str] | None) -> V
     return found
 
 
+#: A series' last point as the scanner keeps it: (step, values).
+Last = tuple[object, dict[str, float]]
+
+
+def repeats(last: Last | None, step: object, values: dict[str, float], redraws: bool) -> bool:
+    """Whether a reading is its predecessor drawn again (no new point): the same values, at
+    the same step, or at any step for a recognizer whose line is redrawn (a progress bar)."""
+    return last is not None and last[1] == values and (redraws or last[0] == step)
+
+
 def made(run: MetricRun) -> list[Metric]:
     """The run's points as the per-line scan makes them: one :class:`Metric` a line, less a
     line that repeats its predecessor's step and values (a state drawn again)."""
@@ -96,13 +106,12 @@ def made_from(text: str, recognizer: str, node: str, rank: int, t: float, attemp
     """:func:`made` for a run as ``metrics.jsonl`` records it."""
     r = BY_NAME[recognizer]
     out: list[Metric] = []
-    last: tuple[object, dict[str, float]] | None = None
+    last: Last | None = None
     for line in text[:-1].split("\n"):
         reading = r.read(line)
         if reading is None:  # not for a line of a run the scanner proved; kept honest anyway
             continue
-        if last is not None and last[1] == reading.values and (
-                r.redraws or last[0] == reading.step):
+        if repeats(last, reading.step, reading.values, r.redraws):
             continue
         last = (reading.step, reading.values)
         out.append(Metric(node, rank, "metric", reading.step, dict(reading.values), t, attempt,

@@ -23,7 +23,7 @@ import re
 from collections.abc import Sequence
 
 from ddptui.events import Event, Level, LineRun, LogLine, Metric, MetricRun, Source, ssh_line
-from ddptui.metrics.bulk import UNIFORM, fits
+from ddptui.metrics.bulk import UNIFORM, Last, fits, repeats
 from ddptui.metrics.recognizers import BUILT_IN, GATES, Recognizer, user_pattern
 
 #: ``metrics.parse``'s words for every built-in recognizer and none.
@@ -57,7 +57,7 @@ class Scanner:
                        and len(self.gates) == 1 else None)
         self.bulk = bulk  # False: every line on its own (the reference the tests compare with)
         self._counts: dict[int, int] = {}
-        self._last: dict[tuple[int, str], tuple[object, dict[str, float]]] = {}
+        self._last: dict[tuple[int, str], Last] = {}
         self._records: set[int] = set()  # ranks that print @ddptui records
         self._first: dict[int, Recognizer] = {}
 
@@ -139,8 +139,7 @@ class Scanner:
         if first is None or last is None:  # a verdict cannot be wrong; a bug must not lose lines
             return None
         key = (run.rank, r.name)
-        before = self._last.get(key)
-        if before is not None and before[1] == first.values and before[0] == first.step:
+        if repeats(self._last.get(key), first.step, first.values, r.redraws):
             return None
         # the last line's reading is the last point's: a line dropped as a repeat equals it
         self._last[key] = (last.step, last.values)
@@ -174,9 +173,7 @@ class Scanner:
                 step = self._counts[rank] = self._counts.get(rank, 0) + 1
                 kind = "count"
             key = (rank, r.name)
-            last = self._last.get(key)
-            if last is not None and last[1] == reading.values and (
-                    r.redraws or last[0] == step):
+            if repeats(self._last.get(key), step, reading.values, r.redraws):
                 return None  # a bar drawn again: no new point
             self._last[key] = (step, reading.values)
             self._first[rank] = r

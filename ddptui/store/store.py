@@ -270,7 +270,7 @@ class Store:
         return rv
 
     def _apply_metric(self, ev: Metric) -> None:
-        if self._rank_metric(ev) and ev.step is not None:
+        if self._rank_metric(ev):  # a point: it has a step
             self._book.add(ev)
 
     def _apply_metric_run(self, run: MetricRun) -> None:  # its points made when read: series.py

@@ -50,14 +50,19 @@ def report(e: ConfigError, source: str) -> None:
         + "\n".join(f"  {p}" for p in e.problems))
 
 
-def load_hosts(path: Path) -> HostsConfig | None:
-    """A hosts file over the user-wide defaults; None once the problems are printed."""
+def _user() -> UserDefaults | None:
+    """The user-wide defaults; None once their problems are printed."""
     try:
-        user = load_user_config()
+        return load_user_config()
     except ConfigError as e:
         report(e, "the user-wide config")
         return None
-    return _file(path, user)
+
+
+def load_hosts(path: Path) -> HostsConfig | None:
+    """A hosts file over the user-wide defaults; None once the problems are printed."""
+    user = _user()
+    return None if user is None else _file(path, user)
 
 
 def run_config(args: argparse.Namespace) -> HostsConfig | None:
@@ -72,10 +77,8 @@ def run_config(args: argparse.Namespace) -> HostsConfig | None:
         say(f"{', '.join(stray)} {'is' if len(stray) == 1 else 'are'} only for an ad-hoc run "
             "with -H HOSTS; set it in the hosts file (or the user-wide config) instead.")
         return None
-    try:
-        user = load_user_config()
-    except ConfigError as e:
-        report(e, "the user-wide config")
+    user = _user()
+    if user is None:
         return None
     if hosts is not None:
         return _adhoc(args, hosts, script_args or [], user)

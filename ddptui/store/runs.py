@@ -7,6 +7,7 @@ resolved (the file may have changed since), and for each node its node dir (unde
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass
@@ -126,5 +127,7 @@ def new_record(run_dir: Path, run_id: str, config: HostsConfig) -> RunRecord:
     from ddptui.run_state import RunRecord
     from ddptui.store.saved import write_saved_hosts
 
-    write_saved_hosts(run_dir, config)
+    # a full disk is said by the run's own writers; --again then says the file is missing
+    with contextlib.suppress(OSError):
+        write_saved_hosts(run_dir, config)
     return RunRecord(run_id, redact_config_dict(config.to_dict()))

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from cluster import Cluster  # noqa: E402
 
-from ddptui.config import NodeConfig, SSHOptions  # noqa: E402
+from ddptui.config import HostsConfig, NodeConfig, SSHOptions  # noqa: E402
 from ddptui.launch import nodeops  # noqa: E402
 from ddptui.store import rundir  # noqa: E402
 from ddptui.sync.push import Plans, sync_node  # noqa: E402
@@ -73,7 +73,8 @@ def connect_all(cluster: Cluster) -> tuple[list[Transport], float]:
     opts = SSHOptions(config_file=str(cluster.ssh_config), known_hosts=str(cluster.known_hosts))
     nodes = [NodeConfig(h.name, h.name, python=sys.executable) for h in cluster.hosts]
     t0 = time.monotonic()
-    transports = [make_transport(n, opts) for n in nodes]
+    config = HostsConfig(Path("bench.yaml"), tuple(nodes), ssh=opts)
+    transports = [make_transport(n, config) for n in nodes]
     with ThreadPoolExecutor(len(transports)) as pool:
         list(pool.map(lambda t: t.connect(10), transports))
     return transports, time.monotonic() - t0

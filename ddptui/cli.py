@@ -24,6 +24,8 @@ COMMANDS = ("run", "check", "attach", "stop", "logs", "dashboard", "schema", "nc
 USAGE_EXIT = 2
 
 
+_SLURM_JOB = ("take the nodes from this Slurm allocation (a job id, or `env` for this shell's "
+              "SLURM_JOB_ID) instead of the hosts file's `slurm:` section")
 _NO_PREFLIGHT = ("launch without the automatic preflight (rendezvous port free and reachable, "
                  "interfaces, versions, GPUs, workdir; see `ddptui check`)")
 
@@ -55,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     d = sub.add_parser("dashboard", help="open the dashboard for a hosts file (the default)")
     d.add_argument("hosts", type=Path, help="the hosts file (YAML)")
     d.add_argument("--no-preflight", action="store_true", help=_NO_PREFLIGHT)
+    d.add_argument("--slurm-job", default=None, metavar="JOB", help=_SLURM_JOB)
 
     r = sub.add_parser("run", help="launch a run; --headless prints every line instead of the "
                                    "dashboard")
@@ -71,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--workdir", default=None, help="with -H: the run directory on every host")
     r.add_argument("-m", "--module", action="store_true",
                    help="with -H: SCRIPT is a module on the hosts, run with python -m")
+    r.add_argument("--slurm-job", default=None, metavar="JOB", help=_SLURM_JOB)
     r.add_argument("--again", action="store_true",
                    help="repeat the past run RUN_ID from the hosts file it saved")
     r.add_argument("--headless", action="store_true",
@@ -86,6 +90,7 @@ def _parser() -> argparse.ArgumentParser:
                                      "start nothing; exit 1 when a check fails")
     c.add_argument("hosts", type=Path)
     c.add_argument("--json", action="store_true", help="the checks as JSON, for scripts")
+    c.add_argument("--slurm-job", default=None, metavar="JOB", help=_SLURM_JOB)
 
     a = sub.add_parser("attach", help="follow a run again (after a dropped connection or a "
                                       "closed laptop)")
@@ -235,9 +240,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return show_logs(args.state_dir, args.run_id, rank=args.rank, node=args.node,
                          check=args.check)
     if args.command in ("dashboard", "run"):
-        from ddptui.faces.resolve import run_config
+        from ddptui.faces.resolve import run_config, slurm_nodes
 
         cfg = run_config(args)  # a hosts file, -H, or --again; user-wide defaults under each
+        cfg = slurm_nodes(cfg, args.slurm_job) if cfg is not None else None
         if cfg is None:
             return USAGE_EXIT
     if args.command in ("dashboard", "run") and not getattr(args, "headless", False):
@@ -315,9 +321,11 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from ddptui.faces.check import print_check
+    from ddptui.faces.resolve import slurm_nodes
     from ddptui.launch.preflight import check
 
     cfg = _load(args.hosts)
+    cfg = slurm_nodes(cfg, args.slurm_job, ask=False) if cfg is not None else None
     if cfg is None:
         return USAGE_EXIT
     outcome = check(cfg)

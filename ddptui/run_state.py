@@ -167,6 +167,8 @@ class RunRecord:
     unstopped: list[str] | None = None
     #: The store's node, address and port, and the port's lock there (launch.reserve).
     rendezvous: dict[str, Any] | None = None
+    #: The Slurm allocation given back at the end, if ddptui asked for it (slurm.allocation).
+    slurm: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     #: Fields set since the record was made or read: written even when None (a reader may
     #: count on ``"diagnosis": null`` meaning "looked, found none").

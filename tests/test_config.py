@@ -490,7 +490,7 @@ def test_ssh_errors() -> None:
         ("{host: h, port: true}", "nodes[0].port", "boolean"),
         ("{host: h, nproc_per_node: 0}", "nodes[0].nproc_per_node", '"gpu", "cpu" or "auto"'),
         ("{host: h, nproc_per_node: many}", "nodes[0].nproc_per_node", "'many'"),
-        ("{host: h, transport: telnet}", "nodes[0].transport", '"ssh" or "local"'),
+        ("{host: h, transport: telnet}", "nodes[0].transport", '"ssh", "local" or "srun"'),
         ("{host: h, workdir: rel/dir}", "nodes[0].workdir", "absolute"),
         ("{host: h, workdir: ~bob/x}", "nodes[0].workdir", "absolute"),
         ("{host: 'a b'}", "nodes[0].host", "without spaces"),

@@ -167,6 +167,8 @@ GROWN_SINCE = {
     "a lost node's lines fetched when reached again, and what was stopped there said": 9,
     "attach of a run no node holds says so instead of following it": 39,
     "metric runs (a flood's metric lines taken whole) kept as the run's evidence": 12,
+    "Slurm: the run's own job step, its stop through scancel, the job watched and given back":
+        36,
 }
 
 

@@ -108,7 +108,9 @@ def test_parser_keys_are_the_schema_properties() -> None:
     assert list(schema["properties"]["defaults"]["properties"]) == list(DEFAULT_KEYS)
     assert props == {"node": list(NODE_KEYS), "rendezvous": list(RENDEZVOUS_KEYS),
                      "job": list(JOB_KEYS), "ssh": list(SSH_KEYS),
-                     "health": list(HEALTH_KEYS), "metrics": ["parse", "patterns"]}
+                     "health": list(HEALTH_KEYS), "metrics": ["parse", "patterns"],
+                     "slurm": ["job", "partition", "nodes", "gpus_per_node", "time", "account",
+                               "options", "keep"]}
 
 
 @pytest.mark.parametrize(("section", "keys"), [

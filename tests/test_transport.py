@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from cluster import Cluster, ClusterFactory
 
-from ddptui.config import NodeConfig, SSHOptions
+from ddptui.config import HostsConfig, NodeConfig, SSHOptions
 from ddptui.transport.base import TransportError
 from ddptui.transport.factory import make_transport
 from ddptui.transport.local import LocalTransport
@@ -473,7 +473,8 @@ def test_nodes_connect_at_once(cluster2: Cluster) -> None:
 
 
 def test_local_transport_round_trips(tmp_path: Path) -> None:
-    t = make_transport(NodeConfig(name="me", host="localhost", transport="local"), SSHOptions())
+    node = NodeConfig(name="me", host="localhost", transport="local")
+    t = make_transport(node, HostsConfig(Path("h.yaml"), (node,)))
     assert isinstance(t, LocalTransport)
     t.connect(1)
     assert t.address == "127.0.0.1"
@@ -516,5 +517,6 @@ def _proc_state(pid: int) -> str:
 
 
 def test_factory_picks_ssh_for_ssh_nodes() -> None:
-    t = make_transport(NodeConfig(name="a", host="somewhere"), SSHOptions())
+    node = NodeConfig(name="a", host="somewhere")
+    t = make_transport(node, HostsConfig(Path("h.yaml"), (node,)))
     assert isinstance(t, SSHTransport) and t.node == "a"

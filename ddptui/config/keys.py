@@ -10,24 +10,24 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any, TypeVar
 
+from ddptui.config.fieldkey import KEY, Key
 from ddptui.config.model import (
-    KEY,
     HealthConfig,
     HostsConfig,
     JobConfig,
-    Key,
     MetricsConfig,
     NodeConfig,
     RendezvousConfig,
     SSHOptions,
 )
+from ddptui.config.slurm import SlurmConfig
 from ddptui.config.values import Rule
 
 T = TypeVar("T")
 
 #: Every class whose fields are keys of the file: the top level, then its sections.
 SECTIONS: tuple[type, ...] = (HostsConfig, NodeConfig, RendezvousConfig, JobConfig, SSHOptions,
-                             HealthConfig, MetricsConfig)
+                             HealthConfig, MetricsConfig, SlurmConfig)
 
 
 def file_fields(cls: type) -> list[tuple[str, Key]]:

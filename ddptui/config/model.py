@@ -11,36 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 from ddptui.config import values as v
+from ddptui.config.fieldkey import key
+from ddptui.config.slurm import SlurmConfig
 from ddptui.config.values import NprocPerNode
-
-KEY: Final = "ddptui.config"
-"""The metadata entry that holds a field's :class:`Key`."""
-
-
-@dataclass(frozen=True)
-class Key:
-    """How a field is written in the hosts file; a field without one is not read from it."""
-
-    check: v.Rule | None = None
-    """The field's value rule; None for a section, which the parser walks itself."""
-    node_only: bool = False
-    """Says something about one node, so it may not be given in `defaults:`."""
-    static_alias: str | None = None
-    """torchrun's name for the field, accepted in its place with `backend: static`."""
-    defaults_key: str | None = None
-    """The key of a mapping giving values for every item of this list."""
-    hints: tuple[str, ...] = ()
-    """Names people reach for from other tools (torchrun, ssh, Ansible), for "did you mean"."""
-
-
-def key(check: v.Rule | None = None, *, node_only: bool = False,
-        static_alias: str | None = None, defaults_key: str | None = None,
-        hints: tuple[str, ...] = ()) -> dict[str, Key]:
-    """Field metadata: ``field(default=..., metadata=key(...))``."""
-    return {KEY: Key(check, node_only, static_alias, defaults_key, hints)}
 
 
 @dataclass(frozen=True)
@@ -78,8 +54,8 @@ class NodeConfig:
     env: Mapping[str, str] = field(default_factory=dict, metadata=key(
         v.ENV, hints=("environment",)))
     """Environment for torchrun and the workers; merged over `defaults.env`."""
-    transport: Literal["ssh", "local"] = field(default="ssh", metadata=key(v.TRANSPORT))
-    """`local` runs on this machine without SSH (then user, port and identity_file do not apply)."""
+    transport: Literal["ssh", "local", "srun"] = field(default="ssh", metadata=key(v.TRANSPORT))
+    """`local`: this machine, no SSH; `srun`: job steps of the `slurm:` allocation (its default)."""
     line: int = 0
     """Line of this entry in the hosts file, for errors found later."""
 
@@ -230,6 +206,8 @@ class HostsConfig:
     """When a rank counts as stalled or a straggler, a node as lost; whether nodes are sampled."""
     metrics: MetricsConfig = field(default=MetricsConfig(), metadata=key(hints=("charts",)))
     """Which lines of the ranks' output ddptui reads as metrics; default: every stack it knows."""
+    slurm: SlurmConfig | None = field(default=None, metadata=key(hints=("sbatch", "salloc")))
+    """Nodes from a Slurm allocation instead of `nodes:`: one you hold, or one ddptui asks for."""
     secret_env: tuple[str, ...] = field(default=(), metadata=key(
         v.ENV_NAMES, hints=("secrets", "secret", "mask_env")))
     """More `env` names to keep secret, beyond those named like one (`*TOKEN*`, `*KEY*`, ...)."""
@@ -269,6 +247,8 @@ class HostsConfig:
         d["metrics"]["patterns"] = list(self.metrics.patterns)
         if not isinstance(self.metrics.parse, str):
             d["metrics"]["parse"] = list(self.metrics.parse)
+        if self.slurm is not None:
+            d["slurm"] = self.slurm.to_dict()
         return d
 
     @classmethod
@@ -287,7 +267,12 @@ class HostsConfig:
             secret_env=tuple(d.get("secret_env", ())),
             withheld_env=tuple(d.get("withheld_env", ())),
             metrics=_metrics(d.get("metrics", {})),
+            slurm=_slurm(d.get("slurm")),
         )
+
+
+def _slurm(d: Mapping[str, Any] | None) -> SlurmConfig | None:
+    return None if d is None else SlurmConfig.from_dict(d, NodeConfig)
 
 
 def _metrics(d: Mapping[str, Any]) -> MetricsConfig:

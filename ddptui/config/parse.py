@@ -28,10 +28,11 @@ from ddptui.config.model import (
     RendezvousConfig,
     SSHOptions,
 )
-from ddptui.config.nodes import NodeWalker
+from ddptui.config.nodes import Fields, NodeWalker
+from ddptui.config.slurm import SLURM_TEMPLATE, SlurmConfig
 from ddptui.config.user import NO_USER_DEFAULTS, USER_KEYS, UserDefaults, merge_defaults
 from ddptui.config.values import Check, ListOf, show
-from ddptui.config.yaml_marks import MISSING, NULL_TAG, Entry, line_of
+from ddptui.config.yaml_marks import MISSING, NULL_TAG, STR_TAG, Entry, line_of
 
 #: Rendezvous settings torchrun's static backend has no use for.
 _C10D_ONLY = ("last_call_timeout", "close_timeout")
@@ -68,17 +69,58 @@ class _HostsParser(NodeWalker):
         health = build(HealthConfig,
                        self.section(top.get("health"), "health", HealthConfig)[0])
         defaults = merge_defaults(self.user.defaults, self.defaults(top.get("defaults")))
-        if "nodes" not in top:
+        slurm = None
+        if "slurm" in top:
+            slurm = self.slurm(top["slurm"], top.get("nodes"), defaults)
+            nodes = [slurm.template] if slurm is not None else []
+        elif "nodes" not in top:
             self.problem(line_of(root), "nodes",
-                         "is missing; list the machines to run on under `nodes:`.")
+                         "is missing; list the machines to run on under `nodes:` (or take "
+                         "them from a Slurm allocation with `slurm:`).")
             return None
-        nodes = self.nodes(top["nodes"], defaults, rendezvous.backend)
+        else:
+            nodes = self.nodes(top["nodes"], defaults, rendezvous.backend)
+            for n in nodes:
+                if n.transport == "srun":
+                    self.problem(n.line, "transport", "`srun` reaches the nodes of a Slurm "
+                                 "allocation; add a `slurm:` section and leave out `nodes:`.")
         secret_env = self.secret_env(top.get("secret_env"), nodes)
         metrics = self.metrics(top.get("metrics"))
         if self.problems:
             return None
-        return HostsConfig(self.path, tuple(nodes), rendezvous, job, ssh, health,
-                           secret_env=secret_env, metrics=metrics)
+        return HostsConfig(self.path, () if slurm else tuple(nodes), rendezvous, job, ssh,
+                           health, secret_env=secret_env, metrics=metrics, slurm=slurm)
+
+    def slurm(self, entry: Entry, listed: Entry | None, defaults: Fields) -> SlurmConfig | None:
+        """The section, and the node every allocation node is made from (`defaults:`)."""
+        v, lines, entries = self.section(entry, "slurm", SlurmConfig)
+        if "options" in entries:
+            rule = checks_of(SlurmConfig)["options"]
+            assert isinstance(rule, ListOf)
+            v["options"] = self.job_args(entries["options"], rule.item, "slurm.options")
+        if listed is not None:
+            self.problem(listed.line, "nodes", "cannot be given with `slurm:`; the nodes come "
+                                               "from the allocation. Remove one of them.")
+        asked = [k for k in ("partition", "nodes", "gpus_per_node", "time", "account",
+                             "options", "keep") if k in v]
+        if "job" in v and asked:
+            self.problem(lines.get(asked[0], entry.line), f"slurm.{asked[0]}",
+                         "is for an allocation ddptui asks for; with `job:` the allocation "
+                         "you hold is used as it is. Remove one of them.")
+        elif "job" not in v and "nodes" not in v:
+            self.problem(entry.line, "slurm", "needs `job:` (an allocation you hold, or "
+                                              "`env`) or `nodes:` (how many to ask for).")
+        transport = defaults.get("transport", ("srun", entry.line))
+        if transport[0] == "local":
+            self.problem(transport[1], "defaults.transport",
+                         "`local` cannot reach the nodes of a Slurm allocation; use `srun` "
+                         "(the default) or `ssh`.")
+        mark = entry.value_node.start_mark
+        template = self.node(yaml.ScalarNode(STR_TAG, SLURM_TEMPLATE, mark, mark), "slurm",
+                             {"transport": ("srun", entry.line), **defaults})
+        if template is None or self.problems:
+            return None
+        return build(SlurmConfig, {**v, "template": template})
 
     def metrics(self, entry: Entry | None) -> MetricsConfig:
         """Each pattern checked on its own line: a bad one is named where it is written."""

@@ -17,14 +17,16 @@ import inspect
 import json
 import re
 import sys
+import typing
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ddptui.config import model
+from ddptui.config import model, slurm
+from ddptui.config.fieldkey import Key
 from ddptui.config.keys import DEFAULT_KEYS, NODE_ONLY_KEYS, file_fields, yaml_keys
-from ddptui.config.model import HostsConfig, Key, NodeConfig
+from ddptui.config.model import HostsConfig, NodeConfig
 from ddptui.config.values import Invalid, ListOf, MappingOf
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -38,9 +40,9 @@ _NO_DEFAULT = object()
 
 @cache
 def field_docs() -> dict[tuple[str, str], str]:
-    """``(class, field) -> attribute docstring`` for every class in ``model.py``."""
+    """``(class, field) -> attribute docstring`` for every class of the model's modules."""
     docs: dict[tuple[str, str], str] = {}
-    for cls in ast.parse(inspect.getsource(model)).body:
+    for cls in (c for m in (model, slurm) for c in ast.parse(inspect.getsource(m)).body):
         if not isinstance(cls, ast.ClassDef):
             continue
         for stmt, after in zip(cls.body, cls.body[1:], strict=False):
@@ -111,9 +113,16 @@ def _defaults_doc() -> str:
 
 
 def _sections() -> dict[str, type]:
-    """The top-level keys that are flat sections, with their class (from the default)."""
-    return {f.name: type(f.default) for f in dataclasses.fields(HostsConfig)
-            if dataclasses.is_dataclass(f.default)}
+    """The top-level keys that are flat sections, with their class (from the field's type:
+    a section that may be absent, such as `slurm:`, defaults to None)."""
+    hints = typing.get_type_hints(HostsConfig)
+    out: dict[str, type] = {}
+    for f in dataclasses.fields(HostsConfig):
+        kinds = [t for t in typing.get_args(hints[f.name]) or (hints[f.name],)
+                 if t is not type(None)]
+        if len(kinds) == 1 and isinstance(kinds[0], type) and dataclasses.is_dataclass(kinds[0]):
+            out[f.name] = kinds[0]
+    return out
 
 
 def json_schema() -> dict[str, Any]:
@@ -145,8 +154,9 @@ def json_schema() -> dict[str, Any]:
         "description": inspect.getdoc(HostsConfig),
         "type": "object",
         "properties": props,
-        "required": [name for name, k in file_fields(HostsConfig)
-                     if name not in _sections() and k.check is None],
+        # the nodes are listed, or they come from a Slurm allocation
+        "anyOf": [{"required": [name]} for name, k in file_fields(HostsConfig)
+                  if k.check is None and (name not in _sections() or name == "slurm")],
         "additionalProperties": False,
         "$defs": defs,
     }

@@ -350,7 +350,7 @@ WORKDIR = Check(_workdir, {"type": "string", "pattern": _WORKDIR},
 NPROC = Check(_nproc, {"anyOf": [{"type": "integer", "minimum": 1},
                                  {"enum": list(NPROC_WORDS)}]},
               "int ≥ 1, `gpu`, `cpu` or `auto`")
-TRANSPORT = exactly(("ssh", "local"), '"ssh" or "local"')
+TRANSPORT = exactly(("ssh", "local", "srun"), '"ssh", "local" or "srun"')
 BACKEND = exactly(("c10d", "static"), "one of c10d, static")
 RDZV_ID = Check(_rdzv_id, {"type": ["string", "integer"], "pattern": _WORD}, "string")
 MODULE = Check(_module, {"type": "string", "pattern": f"^{_MODULE}$"}, "dotted module name")

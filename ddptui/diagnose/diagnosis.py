@@ -29,6 +29,7 @@ class Cause(StrEnum):
     HOST_OOM = "host_oom"
     RANK_ERROR = "rank_error"
     NODE_LOST = "node_lost"
+    SLURM_JOB_ENDED = "slurm_job_ended"
     PEER_LOST = "peer_lost"
     EXIT_CODE = "exit_code"
 

@@ -152,3 +152,26 @@ def _again(args: argparse.Namespace, user: UserDefaults) -> HostsConfig | None:
                                               else v for k, v in n.env.items()})
                   for n in cfg.nodes)
     return dataclasses.replace(cfg, nodes=nodes)
+
+
+def slurm_nodes(cfg: HostsConfig, job: str | None, *, ask: bool = True) -> HostsConfig | None:
+    """``cfg`` with the nodes of its Slurm allocation (``--slurm-job`` wins over the file),
+    asking Slurm for one where the file says so and ``ask``; None once the reason is printed.
+    A queued request says how it stands, a line each time that changes."""
+    if cfg.slurm is None and job is None:
+        return cfg
+    from ddptui.slurm.allocation import resolve
+    from ddptui.slurm.jobinfo import SlurmError
+
+    if not ask and job is None and cfg.slurm is not None and cfg.slurm.asks:
+        say("`ddptui check` runs in an allocation you hold: give --slurm-job JOB (or "
+            "`slurm.job`); a run asks Slurm for one itself. Nothing was checked.")
+        return None
+    try:
+        return resolve(cfg, job, say=lambda line: print(f"ddptui: {line}", flush=True))
+    except SlurmError as e:
+        say(f"{e} Nothing was started.")
+        return None
+    except KeyboardInterrupt:
+        say("interrupted while waiting for Slurm; the request was given back.")
+        return None

@@ -55,7 +55,7 @@ def reconnect(config: HostsConfig, pool: NodePool,
         raise LaunchError(problems)
     for node, res in zip(nodes, results, strict=True):
         if isinstance(res, Exception):
-            pool.put(node.name, make_transport(node, config.ssh))  # not connected
+            pool.put(node.name, make_transport(node, config))  # not connected
             note(node.name, f"could not reach node {node.name} ({res}); it is lost unless it "
                             f"answers within {config.health.lost_after:g} s", Level.WARNING)
 

@@ -22,6 +22,8 @@ from typing import Any
 from ddptui.launch import torchrun_tee
 from ddptui.store import rundir
 from ddptui.sync import remote
+from ddptui.transport.base import Detached
+from ddptui.transport.srun.names import step_name
 
 #: Finds torch and reads its version files without importing it: ``import torch`` costs 1-2 s
 #: of CPU per node (far more from a cold network filesystem), and torchrun pays it again right
@@ -243,24 +245,17 @@ def mkdir_cmd(*paths: str) -> str:
     return f"umask 077 && mkdir -p -- {quoted} && chmod 700 -- {quoted}"
 
 
-def start_cmd(node_dir: str) -> str:
-    """Start launch.sh detached: own session, output appended to node.log, no tty, no stdin.
-
-    The shell that ssh runs returns at once; the job survives the connection closing.
-    """
-    d = shlex.quote(node_dir)
-    return (
-        f"cd {d} && (setsid sh {rundir.LAUNCH_SCRIPT} >> {rundir.NODE_LOG} 2>&1 < /dev/null &)"
-        " && echo started"
-    )
+def start_job(node_dir: str, run_id: str) -> Detached:
+    """launch.sh, let go by the node's transport (:meth:`Transport.start_detached`): its
+    output appended to node.log, no tty, no stdin; it survives the connection closing."""
+    return Detached(node_dir, rundir.LAUNCH_SCRIPT, (), rundir.NODE_LOG, step_name(run_id))
 
 
-def restart_cmd(node_dir: str) -> str:
+def restart_prep_cmd(node_dir: str) -> str:
     """What an expired hold left (its pgid, ``expired``; it writes no exit code) removed,
-    then :func:`start_cmd` again, with the hold file back."""
+    and the hold file back, before :func:`start_job` again."""
     d = shlex.quote(node_dir)
-    return (f"cd {d} && rm -f {rundir.PGID} {torchrun_tee.EXPIRED} && "
-            f": > {rundir.HOLD} && {start_cmd(node_dir)}")
+    return f"cd {d} && rm -f {rundir.PGID} {torchrun_tee.EXPIRED} && : > {rundir.HOLD}"
 
 
 def release_cmd(hold: str) -> str:

@@ -167,7 +167,7 @@ def start_all(ctx: LaunchContext, plan: Plan) -> None:
     def start(node_launch: NodeLaunch) -> None:
         name = node_launch.node.name
         ctx.node_update(name, NodeEvent.START, "")
-        pgid = staging.start(ctx.pool.get(name), node_launch)
+        pgid = staging.start(ctx.pool.get(name), node_launch, ctx.run_id)
         ctx.record.node(name, pgid=pgid)
         ctx.node_update(name, NodeEvent.RUN, f"pgid {pgid}")
 
@@ -180,7 +180,7 @@ def start_early(ctx: LaunchContext, plan: Plan) -> bool:
     def early(node_launch: NodeLaunch) -> None:
         _upload(ctx, node_launch)
         name = node_launch.node.name
-        ctx.record.node(name, pgid=staging.start(ctx.pool.get(name), node_launch))
+        ctx.record.node(name, pgid=staging.start(ctx.pool.get(name), node_launch, ctx.run_id))
 
     results = map_at_once(list(plan.nodes), early)
     if ctx.not_ours:  # going on in order would meet the same: the name is taken
@@ -201,8 +201,8 @@ def release_all(ctx: LaunchContext, plan: Plan) -> None:
         transport = ctx.pool.get(name)
         ctx.node_update(name, NodeEvent.START, "")
         if not staging.release(transport, node_launch):
-            restart = nodeops.restart_cmd(node_launch.node_dir)
-            ctx.record.node(name, pgid=staging.start(transport, node_launch, restart))
+            ctx.record.node(name, pgid=staging.start(transport, node_launch, ctx.run_id,
+                                                     restart=True))
             if not staging.release(transport, node_launch):
                 raise LaunchError([f"node {name}: torchrun, started again after its wait for "
                                    "the launch ran out, could not be released"])

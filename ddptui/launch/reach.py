@@ -36,7 +36,7 @@ def map_at_once(items: list[T], fn: Callable[[T], Any]) -> list[Any]:
 
 
 def connect(node: NodeConfig, config: HostsConfig) -> Transport:
-    transport = make_transport(node, config.ssh)
+    transport = make_transport(node, config)
     transport.connect(config.ssh.connect_timeout)
     return transport
 

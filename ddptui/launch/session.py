@@ -50,6 +50,7 @@ from ddptui.run_state import (
     RunRecord,
     run_next,
 )
+from ddptui.slurm.ending import JobWatch, job_ended, release
 from ddptui.store import rundir
 from ddptui.store.owner import this_controller
 from ddptui.store.record import Recorder
@@ -103,8 +104,7 @@ class Session:
                             self._applied, lambda e: self.faults.failed("consumer", e))
         self._followers: dict[str, NodeFollower] = {}
         self._finished: dict[str, Finished] = {}
-        self._stopping = threading.Event()
-        self._done = threading.Event()
+        self._stopping, self._done = threading.Event(), threading.Event()
         self.standby = Standby()  # each node's stop program, waiting: a stop is one line
         self._target = targets(config, self.run_id, self.recorder.nodes)
         self.stopper = Stopper(self._target, self.pool.get, self.standby, self.note)
@@ -119,6 +119,7 @@ class Session:
                                   lambda on: self.stacks(nodes=on), self.bus.publish,
                                   self.run_id)
         self.samplers = Samplers()  # each node's telemetry, from start_following to the end
+        self.job = JobWatch.of(config, self.store, self._followers)  # Slurm's word on the run
 
     # The run's state: every change through the table, by this object alone.
 
@@ -187,16 +188,15 @@ class Session:
 
     def _abort(self, ctx: LaunchContext, problems: list[str], *, cleanup: bool,
                kill: bool) -> None:
-        """Undo a launch on every node, then raise :class:`LaunchError`: all or nothing. A
-        node already started (early) is always stopped and its node dir removed."""
-        problems = [self.masker.text(p) for p in problems]
-        started = ctx.started()
+        """Undo a launch on every node (one started early too), then raise LaunchError."""
+        problems, started = [self.masker.text(p) for p in problems], ctx.started()
         kill, cleanup = kill or started, cleanup or started
         if self.recorder.has_nodes() or self.recorder.get("rendezvous"):
             if kill:
                 self._stopping.set()
             phases.undo(ctx, kill=kill, cleanup=cleanup)
         self.pool.close_all()
+        self.recorder.update(slurm=release(self.config))
         self.store.set_run(message=problems[0])
         self.advance(RunEvent.ABORT, error=problems, ended_at=time.time())
         self.store.close()
@@ -217,6 +217,7 @@ class Session:
             self._followers[name] = f
             f.start()
         self.watch.start()
+        self.job.start(self._done)
         self.samplers.start(self.config, self.run_id, transport=self.pool.current,
                             node_dir=self.recorder.node_dir, pgid=self.recorder.pgid,
                             publish=self.publish, note=self.note)
@@ -260,6 +261,7 @@ class Session:
         if code != 0 and not stopped:  # a run a person stopped has no cause to find
             world = self.plan.world_size if self.plan else self.recorder.get("world_size")
             found, why_not = self.evidence.diagnose(names, world, code)
+            found = job_ended(self.config, found) or found  # Slurm ended the allocation
         lost = [n for n, f in self._finished.items() if f.status is NodeStatus.LOST]
         for n in lost:  # the connection of a node given up by a stop may be blocked as well
             self.pool.drop(n)
@@ -276,6 +278,7 @@ class Session:
         self.store.close()
         self.standby.end()
         self.pool.close_all()
+        self.recorder.update(slurm=release(self.config))  # an allocation ddptui asked for
         self._done.set()
 
     def stacks(self, rank: int | None = None, nodes: list[str] | None = None) -> Stacks:
@@ -284,8 +287,7 @@ class Session:
                     rank=rank, mask=self.masker.text)
 
     def wait(self, timeout: float | None = None) -> RunResult | None:
-        """The result once the run is over and ``run.json`` says so (``result`` is set a
-        moment before): ``None`` until then."""
+        """The result once the run is over and ``run.json`` says so; ``None`` until then."""
         return self.result if self._done.wait(timeout) else None
 
     def nccl_facts(self) -> NcclFacts:
@@ -296,8 +298,7 @@ class Session:
 
     def _stop_one(self, name: str, grace: float) -> list[int]:
         left = self.stopper.stop(name, grace)
-        follower = self._followers.get(name)
-        if follower is not None and not left:
+        if not left and (follower := self._followers.get(name)) is not None:
             follower.gone.set()
         return left
 
@@ -320,9 +321,8 @@ class Session:
         self._stopping.set()
         self.advance(RunEvent.STOP)
         names = [n.name for n in self.config.nodes]
-        for n in names:
-            if n not in self._finished:
-                self.node_update(n, NodeEvent.STOP, f"SIGTERM, then SIGKILL after {grace:g} s")
+        for n in (n for n in names if n not in self._finished):
+            self.node_update(n, NodeEvent.STOP, f"SIGTERM, then SIGKILL after {grace:g} s")
         report = stop_all(names, lambda n: self._stop_one(n, grace))
         for name, why in report.errors.items():
             f = self._followers.get(name)  # unreachable: it must not hold the run open

@@ -80,11 +80,17 @@ def upload(transport: Transport, node_launch: NodeLaunch, job: JobConfig) -> boo
     return nodeops.NEW_WORKDIR in res.stdout
 
 
-def start(transport: Transport, node_launch: NodeLaunch, command: str | None = None) -> int:
-    """Start ``launch.sh`` detached (by ``command``: the plain start by default) and return
-    its process group, once it has written it."""
+def start(transport: Transport, node_launch: NodeLaunch, run_id: str, *,
+          restart: bool = False) -> int:
+    """Start ``launch.sh`` detached (``restart``: after a hold that ran out) and return its
+    process group, once it has written it."""
     name = node_launch.node.name
-    res = transport.run(command or nodeops.start_cmd(node_launch.node_dir), timeout=30)
+    if restart:
+        prep = transport.run(nodeops.restart_prep_cmd(node_launch.node_dir), timeout=30)
+        if prep.exit_code != 0:
+            raise LaunchError([f"node {name}: could not start torchrun again: "
+                               f"{prep.stderr.strip()}"])
+    res = transport.start_detached(nodeops.start_job(node_launch.node_dir, run_id), timeout=30)
     if res.exit_code != 0 or "started" not in res.stdout:
         raise LaunchError([f"node {name}: could not start torchrun: "
                            f"{res.stderr.strip() or res.stdout.strip()}"])

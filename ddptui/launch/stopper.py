@@ -11,6 +11,7 @@ transport adds its own strategy (e.g. signalling and cancelling a job step) in
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -22,7 +23,11 @@ from ddptui.launch.outcome import StopReport
 from ddptui.launch.reach import map_at_once
 from ddptui.launch.standby import Standby
 from ddptui.run_state import NodeRecord
+from ddptui.slurm import client
+from ddptui.slurm.jobinfo import SlurmError
 from ddptui.transport.base import Transport, TransportError
+from ddptui.transport.srun import SrunTransport
+from ddptui.transport.srun.names import step_name
 
 
 @dataclass(frozen=True)
@@ -75,8 +80,38 @@ class SignalStop:
         return parsed
 
 
+class SlurmStop:
+    """Through Slurm first: SIGTERM to the run's step on the node (``scancel --signal``),
+    which torchrun passes to its ranks; then the node's stop program for what is left (the
+    grace, SIGKILL, the report); then the step cancelled. A job Slurm has ended holds
+    nothing any more, so a node of it that cannot be reached has nothing to stop."""
+
+    def stop(self, name: str, transport: Transport, target: StopTarget, grace: float,
+             standby: Standby | None) -> nodeops.StopResult:
+        assert isinstance(transport, SrunTransport)
+        job, ours = transport.job, step_name(target.run_id)
+        try:
+            steps = [s.step_id for s in client.steps(job)
+                     if s.name == ours and s.nodes == transport.host]
+            for step in steps:
+                client.cancel(step, signal="TERM")
+            try:
+                found = SignalStop().stop(name, transport, target, grace, standby)
+            except TransportError:
+                if not client.show_job(job).running:
+                    return nodeops.StopResult([], [], [])
+                raise
+            for step in steps:
+                with contextlib.suppress(SlurmError):  # it ended with its processes
+                    client.cancel(step)
+        except SlurmError as e:
+            raise TransportError(name, f"node {name}: Slurm could not stop the run's step: "
+                                       f"{e}") from None
+        return found
+
+
 #: Stop strategies by the transports' ``stop_kind``.
-STRATEGIES: dict[str, StopStrategy] = {"signals": SignalStop()}
+STRATEGIES: dict[str, StopStrategy] = {"signals": SignalStop(), "slurm": SlurmStop()}
 
 #: ddptui's words about a node, for every face (masked by the caller).
 Note = Callable[[str, str, Level], None]

@@ -50,6 +50,8 @@ class RunInfo:
     exit_code: int | None = None
     world_size: int | None = None
     message: str = ""
+    #: The scheduler's word on the run's allocation (``slurm 123 RUNNING 01:02:03 left``).
+    scheduler: str = ""
 
 
 @dataclass

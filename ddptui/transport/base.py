@@ -7,6 +7,7 @@ node; ``home()`` is there so a ``~/...`` workdir can be made absolute once.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
@@ -28,6 +29,32 @@ class CommandResult:
     exit_code: int
     stdout: str
     stderr: str
+
+
+@dataclass(frozen=True, slots=True)
+class Detached:
+    """A program that must outlive the connection and ddptui (launch.sh, the sampler): run
+    as ``sh script args`` in ``cwd``, no stdin, its output appended to ``log``. Each transport
+    decides how it is let go (a new session over SSH, a job step of its own under Slurm)."""
+
+    cwd: str
+    script: str
+    args: tuple[str, ...] = ()
+    log: str = "/dev/null"
+    #: What the scheduler calls it (a Slurm job-step name), where there is one.
+    name: str | None = None
+
+    def _program(self) -> str:
+        argv = " ".join(shlex.quote(a) for a in (self.script, *self.args))
+        return f"sh {argv} >> {shlex.quote(self.log)} 2>&1 < /dev/null"
+
+    def foreground(self) -> str:
+        """The program as the shell's own last command (its exit ends the caller's)."""
+        return f"cd {shlex.quote(self.cwd)} && exec {self._program()}"
+
+    def background(self) -> str:
+        """The program in a session of its own; the shell says ``started`` and returns."""
+        return f"cd {shlex.quote(self.cwd)} && (setsid {self._program()} &) && echo started"
 
 
 class Spawned(Protocol):
@@ -69,6 +96,10 @@ class Transport(Protocol):
     def spawn(self, command: str) -> Spawned:
         """Start ``sh -c command`` on the node and return at once (see :class:`Spawned`);
         raise TransportError if it cannot be started."""
+
+    def start_detached(self, job: Detached, timeout: float) -> CommandResult:
+        """Start ``job`` so that it outlives this connection and ddptui, and return at once;
+        ``started`` in the result's stdout when it was let go, its error otherwise."""
 
     def home(self) -> str:
         """The absolute home directory of the login user on the node."""

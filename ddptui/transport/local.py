@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import IO
 
 from ddptui.config import NodeConfig
-from ddptui.transport.base import CommandResult, OnOutput, TransportError
+from ddptui.transport.base import CommandResult, Detached, OnOutput, TransportError
 
 
 class LocalTransport:
@@ -126,6 +126,9 @@ class LocalTransport:
         except OSError as exc:
             raise TransportError(self.node, f"{self.node} (local): cannot run sh: {exc}") from exc
         return PipedCommand(proc)
+
+    def start_detached(self, job: Detached, timeout: float) -> CommandResult:
+        return self.run(job.background(), timeout)
 
     def home(self) -> str:
         return os.path.expanduser("~")

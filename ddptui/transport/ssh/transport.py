@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator
 import paramiko
 
 from ddptui.config import NodeConfig, SSHOptions
-from ddptui.transport.base import CommandResult, OnOutput, TransportError
+from ddptui.transport.base import CommandResult, Detached, OnOutput, TransportError
 from ddptui.transport.ssh.auth import authenticate
 from ddptui.transport.ssh.hostkeys import check_host_key, known_entries, prefer_key_types
 from ddptui.transport.ssh.resolve import Endpoint, HopError, Resolver
@@ -257,6 +257,9 @@ class SSHTransport:
                     self.node,
                     f"{self.node} ({self.address}): {what} failed: {exc or type(exc).__name__}",
                 ) from exc
+
+    def start_detached(self, job: Detached, timeout: float) -> CommandResult:
+        return self.run(job.background(), timeout)
 
     def home(self) -> str:
         """SFTP's idea of ``.`` (the login directory); ``$HOME`` where SFTP is refused."""

@@ -62,8 +62,9 @@ class RunHeader(Static):
         end = info.ended_at if info.ended_at is not None else now
         took = None if info.started_at is None else end - info.started_at
         world = "-" if info.world_size is None else str(info.world_size)
+        said = "  ".join(x for x in (info.scheduler, info.message) if x)  # Slurm's job first
         self.summary = (info.run_id or "no run", str(state), style, elapsed(took), world,
-                        restarts, info.message)
+                        restarts, said)
 
     def watch_summary(self, summary: tuple[str, str, str, str, str, int, str]) -> None:
         run_id, state, style, took, world, restarts, message = summary

@@ -1,0 +1,147 @@
+"""Slurm's client commands (``scontrol``, ``squeue``, ``salloc``, ``scancel``), run here on
+the login node, their failures turned into :class:`SlurmError` in ddptui's words with Slurm's
+own message as evidence. Every call is bounded."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ddptui.slurm.jobinfo import JobInfo, SlurmError, node_addresses, parse_job
+
+#: Seconds any one client command may take (slurmctld answers in milliseconds when up).
+COMMAND_TIMEOUT_S = 30.0
+_GRANTED = re.compile(r"(?:Granted job allocation|Pending job allocation|job) (\d+)")
+
+
+def run(argv: Sequence[str], timeout: float = COMMAND_TIMEOUT_S) -> str:
+    """stdout of ``argv``; a SlurmError naming the command and Slurm's words otherwise."""
+    try:
+        res = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        raise SlurmError(f"`{argv[0]}` is not installed here: run ddptui where Slurm's client "
+                         "commands are (a login node of the cluster).") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"`{' '.join(argv)}` did not answer within {timeout:g} s: is "
+                         "slurmctld reachable from here (`scontrol ping`)?") from None
+    if res.returncode != 0:
+        said = (res.stderr.strip() or res.stdout.strip())[-400:]
+        raise SlurmError(f"`{' '.join(argv)}` failed (exit code {res.returncode}). Slurm "
+                         f"said: {said}")
+    return res.stdout
+
+
+def show_job(job: str) -> JobInfo:
+    """The job as slurmctld knows it; a job it does not know is named as such."""
+    try:
+        return parse_job(run(["scontrol", "show", "job", "-o", job]))
+    except SlurmError as e:
+        if "Invalid job id" in str(e):
+            raise SlurmError(f"Slurm has no job {job}: it never existed, or it ended long "
+                             "enough ago to be forgotten; `squeue --me` lists yours.") from None
+        raise
+
+
+def hostnames(node_list: str) -> list[str]:
+    """``gpu[01-04,07]`` as Slurm itself expands it."""
+    return run(["scontrol", "show", "hostnames", node_list]).split()
+
+
+def addresses(names: list[str]) -> dict[str, str]:
+    return node_addresses(run(["scontrol", "show", "node", "-o", ",".join(names)]))
+
+
+def cancel(job: str, *, signal: str | None = None) -> None:
+    run(["scancel", *([f"--signal={signal}"] if signal else []), job])
+
+
+@dataclass(frozen=True)
+class Step:
+    step_id: str  # "JOB.STEP"
+    name: str
+    nodes: str
+
+
+def steps(job: str) -> list[Step]:
+    """The job's running steps (``squeue -s``)."""
+    out = run(["squeue", "-h", "-s", "-j", job, "-o", "%i|%j|%N"])
+    found = []
+    for line in out.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) == 3:
+            found.append(Step(*parts))
+    return found
+
+
+def queue_position(info: JobInfo) -> tuple[int | None, str | None]:
+    """Where a pending job stands in its partition (1: next) and when Slurm expects it to
+    start (``squeue --start``; None when it does not say)."""
+    try:
+        ahead = run(["squeue", "-h", "-t", "PD", "-p", info.partition, "-o", "%i",
+                     "--sort=-p,i"]).split()
+        start = run(["squeue", "-h", "--start", "-j", info.job_id, "-o", "%S"]).strip()
+    except SlurmError:
+        return None, None
+    pos = ahead.index(info.job_id) + 1 if info.job_id in ahead else None
+    return pos, (start if start and start not in ("N/A", "Unknown") else None)
+
+
+#: Called while an allocation waits: (job id or None, its state, Slurm's reason).
+OnWait = Callable[[JobInfo | None, str], None]
+
+
+def allocate(options: list[str], on_wait: OnWait, *, poll: float = 1.0,
+             stop: threading.Event | None = None) -> str:
+    """``salloc --no-shell OPTIONS``: the granted job's id, once it runs. ``on_wait`` hears
+    the job's state while it is queued; ``stop`` set gives the request back (scancel)."""
+    argv = ["salloc", "--no-shell", "--job-name=ddptui", *options]
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+    except FileNotFoundError:
+        raise SlurmError("`salloc` is not installed here: run ddptui where Slurm's client "
+                         "commands are (a login node of the cluster).") from None
+    lines: list[str] = []
+    job: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line.rstrip())
+            m = _GRANTED.search(line)
+            if m and not job:
+                job.append(m.group(1))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        while proc.poll() is None:
+            if stop is not None and stop.is_set():
+                raise SlurmError("the request for an allocation was given up before Slurm "
+                                 "granted it" + (f" (job {job[0]}, cancelled)" if job else ""))
+            if job:
+                try:
+                    on_wait(show_job(job[0]), "")
+                except SlurmError as e:
+                    on_wait(None, str(e))
+            time.sleep(poll)
+    except BaseException:  # given up (Ctrl-C, stop): nothing of the request may stay queued
+        if job:
+            with contextlib.suppress(SlurmError):
+                cancel(job[0])
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(10)
+        raise
+    reader.join(5)
+    said = "\n".join(lines[-6:])
+    if proc.returncode != 0 or not job:
+        raise SlurmError(f"Slurm refused the allocation ddptui asked for (`{' '.join(argv)}`, "
+                         f"exit code {proc.returncode}); change the `slurm:` section. Slurm "
+                         f"said: {said}")
+    return job[0]

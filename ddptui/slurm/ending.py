@@ -1,0 +1,129 @@
+"""Where a run's end meets its allocation.
+
+- While the run is followed, the job is watched (:class:`JobWatch`): its state and time left
+  for every face, and, the moment Slurm stops running it (scancel, its time limit, a node
+  failure, preemption), every node still followed is given up with Slurm's reason, instead of
+  waiting out ``health.lost_after`` for connections that cannot come back.
+- A failed run whose allocation ended under it has Slurm's reason as its cause; what the
+  ranks then reported (lost connections, a lost node) are its consequences.
+- An allocation ddptui asked for is given back at the end.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any, Protocol
+
+from ddptui.config import HostsConfig
+from ddptui.diagnose.diagnosis import Cause, Diagnosis
+from ddptui.slurm import client
+from ddptui.slurm.allocation import give_back
+from ddptui.slurm.jobinfo import ENDED, JobInfo, SlurmError, time_left
+
+
+class _Followed(Protocol):
+    def give_up(self, detail: str) -> bool: ...
+
+
+class _RunInfo(Protocol):
+    def set_run(self, **changes: Any) -> None: ...
+
+
+def job_ended(config: HostsConfig, found: Diagnosis | None) -> Diagnosis | None:
+    """The diagnosis when the run's Slurm job is no longer running; None while it runs (or
+    Slurm cannot say), so the ranks' own diagnosis stands."""
+    job = config.slurm.job if config.slurm is not None else None
+    if job is None:
+        return None
+    try:
+        info = client.show_job(job)
+    except SlurmError:
+        return None
+    if info.running:
+        return None
+    words = ENDED.get(info.state, f"ended ({info.state})")
+    what, _, advice = words.partition("; ")
+    d = Diagnosis(Cause.SLURM_JOB_ENDED, f"Slurm job {job} {what}: the run could not go on.",
+                  what, advice or "start the run again in a new allocation",
+                  evidence=[f"[slurm] JobId={job} JobState={info.state} Reason={info.reason}"])
+    if found is not None:
+        d.details = {n: [*lines] for n, lines in found.details.items()}
+        d.details.setdefault(found.node or "run", []).insert(
+            0, f"{found.headline} (a consequence)")
+    return d
+
+
+def release(config: HostsConfig) -> str | None:
+    """Give back the run's allocation if ddptui asked for it and was not told to keep it;
+    what was done, for the run's output (None: nothing to do)."""
+    s = config.slurm
+    if s is None or not s.owned or s.keep or s.job is None:
+        return None
+    try:
+        give_back(s.job)
+    except SlurmError as e:
+        return f"could not give back Slurm job {s.job}: {e}"
+    return f"gave back Slurm job {s.job} (ddptui asked for it for this run)"
+
+
+#: Seconds between two looks at the job (one ``scontrol`` call each).
+EVERY_S = 5.0
+
+
+def describe(info: JobInfo, now_iso: str) -> str:
+    """``slurm 123 RUNNING 01:02:03 left`` for the header and ``run.json``."""
+    left = time_left(info, now_iso) if info.running else None
+    return f"slurm {info.job_id} {info.state}" + (f" {left} left" if left else "")
+
+
+class JobWatch:
+    """Args:
+        job: The allocation's id; None makes a watch that does nothing (no Slurm).
+        show: Takes the job's one-line state whenever it changes.
+        ended: Takes ddptui's sentence once the job stops running; called once.
+    """
+
+    def __init__(self, job: str | None, show: Callable[[str], None],
+                 ended: Callable[[str], None], every: float = EVERY_S) -> None:
+        self.job, self.show, self.ended, self.every = job, show, ended, every
+        self._said = ""
+
+    @classmethod
+    def of(cls, config: HostsConfig, store: _RunInfo, followers: Mapping[str, _Followed]
+           ) -> JobWatch:
+        """Shown in the store's run info; ending gives up every node still followed."""
+        def ended(why: str) -> None:
+            for f in list(followers.values()):
+                f.give_up(why)
+
+        return cls(config.slurm.job if config.slurm else None,
+                   lambda said: store.set_run(scheduler=said), ended)
+
+    def start(self, done: threading.Event) -> None:
+        if self.job is not None:
+            threading.Thread(target=self._run, args=(done,), daemon=True,
+                             name="ddptui-slurm-job").start()
+
+    def look(self) -> JobInfo | None:
+        """One look: the state shown if it changed; the end said if the job has ended."""
+        assert self.job is not None
+        try:
+            info = client.show_job(self.job)
+        except SlurmError:
+            return None  # slurmctld busy or restarting: the next look may answer
+        said = describe(info, datetime.now().isoformat(timespec="seconds"))
+        if said != self._said:
+            self._said = said
+            self.show(said)
+        return info
+
+    def _run(self, done: threading.Event) -> None:
+        while not done.wait(self.every):
+            info = self.look()
+            if info is not None and not info.running and not info.pending:
+                what = ENDED.get(info.state, f"ended ({info.state})").split("; ")[0]
+                self.ended(f"Slurm job {self.job} {what} (JobState={info.state}, "
+                           f"Reason={info.reason})")
+                return

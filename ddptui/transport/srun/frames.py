@@ -1,0 +1,17 @@
+"""The messages between the controller and a node's agent (:mod:`.agent`): a 9-byte header
+(channel, kind, length) and the bytes. One definition for both ends' numbers."""
+
+from __future__ import annotations
+
+import struct
+
+HEADER = struct.Struct("!IBI")
+
+# controller -> agent
+START, STDIN, EOF, KILL = 1, 2, 3, 4
+# agent -> controller
+READY, STDOUT, STDERR, EXIT, FAILED = 10, 11, 12, 13, 14
+
+
+def frame(channel: int, kind: int, data: bytes = b"") -> bytes:
+    return HEADER.pack(channel, kind, len(data)) + data

@@ -1,0 +1,240 @@
+"""``SrunTransport``: a node of a Slurm allocation, reached by job steps instead of SSH.
+
+Everything a launch does on a node runs inside the job, so it is counted, limited and
+cancelled with it, and it works where ``pam_slurm_adopt`` refuses SSH. Commands travel
+through one long-lived agent step per node (:mod:`.agent`); the run itself, which must
+outlive this connection and ddptui, is a step of its own (:meth:`SrunTransport.start_detached`)
+whose ``srun`` is let go on this machine, so that ``scancel`` of that step stops exactly
+the run on that node.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import time
+from collections.abc import Iterable
+
+from ddptui.config import NodeConfig
+from ddptui.transport.base import CommandResult, Detached, OnOutput, TransportError
+from ddptui.transport.srun import frames
+from ddptui.transport.srun.agent import SOURCE
+from ddptui.transport.srun.link import AgentLink, Channel, LinkClosed
+from ddptui.transport.srun.names import AGENT_STEP
+
+#: Per-task variables srun sets that would make a training stack believe Slurm started its
+#: ranks (Lightning's SLURMEnvironment, for one, reads SLURM_NTASKS and SLURM_PROCID) when
+#: torchrun did: they are dropped for the run's own step. SLURM_JOB_ID and the rest stay.
+TASK_VARIABLES = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS",
+                  "SLURM_NPROCS", "SLURM_NNODES", "SLURM_STEP_NUM_TASKS",
+                  "SLURM_STEP_NUM_NODES", "SLURM_TASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE",
+                  "SLURM_NTASKS_PER_NODE", "SLURM_TASK_PID", "SLURM_STEPID", "SLURM_STEP_ID")
+
+#: Exit code of :meth:`SrunTransport.read_from`'s command when the file is not there.
+_ABSENT = 66
+
+
+class SrunTransport:
+    """A node of allocation ``job``; one controller thread plus occasional other callers."""
+
+    stop_kind = "slurm"  # signal and cancel the run's step (ddptui.launch.stopper)
+
+    def __init__(self, node: NodeConfig, job: str) -> None:
+        self.node = node.name
+        self.host = node.host  # Slurm's node name
+        self.address = node.addr or node.host
+        self.job = job
+        self.python = node.python
+        self._link: AgentLink | None = None
+        self._home: str | None = None
+
+    def srun(self, *argv: str, name: str = AGENT_STEP) -> list[str]:
+        """A step of the job on this node alone, beside the steps already there."""
+        return ["srun", "--overlap", "--whole", f"--jobid={self.job}", f"--nodelist={self.host}",
+                "--nodes=1", "--ntasks=1", "--quiet", f"--job-name={name}", *argv]
+
+    def connect(self, timeout: float = 30.0) -> None:
+        self.close()
+        try:
+            link = AgentLink(self.srun(self.python, "-u", "-c", SOURCE))
+        except OSError as exc:
+            raise TransportError(self.node, f"{self.node}: cannot run srun here ({exc}); "
+                                            "run ddptui where Slurm's client commands are "
+                                            "installed (a login node).") from exc
+        if not link.ready.wait(timeout) or link.closed.is_set():
+            link.close(wait=1.0)
+            said = link.complaint(wait=2.0)
+            why = (f"srun said: {' '.join(said.split())}" if said else
+                   f"no answer within {timeout:g} s (is the job still running? `squeue -j "
+                   f"{self.job}`)")
+            raise TransportError(self.node, f"{self.node}: could not start ddptui's step on "
+                                            f"node {self.host} of Slurm job {self.job} with "
+                                            f"{self.python}; {why}")
+        self._link = link
+
+    def _active(self) -> AgentLink:
+        link = self._link
+        if link is None or link.closed.is_set():
+            said = link.complaint() if link is not None else ""
+            raise TransportError(self.node, f"{self.node}: the step of Slurm job {self.job} on "
+                                            f"{self.host} has ended" +
+                                            (f" (srun said: {said})" if said else ""))
+        return link
+
+    def _open(self, command: str, stdin: bool) -> Channel:
+        try:
+            return self._active().open(command, stdin)
+        except LinkClosed as exc:
+            raise TransportError(self.node, f"{self.node}: the step of Slurm job {self.job} "
+                                            f"on {self.host} has ended {exc}".rstrip()) from None
+
+    def run(self, command: str, timeout: float) -> CommandResult:
+        return self.run_stream(command, timeout)
+
+    def run_stream(self, command: str, timeout: float, *, stdin: Iterable[bytes] | None = None,
+                   on_output: OnOutput | None = None) -> CommandResult:
+        out, err, code = self._collect(command, timeout, stdin, on_output)
+        return CommandResult(code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+
+    def _collect(self, command: str, timeout: float, stdin: Iterable[bytes] | None,
+                 on_output: OnOutput | None) -> tuple[bytes, bytes, int]:
+        ch = self._open(command, stdin is not None)
+        deadline = time.monotonic() + timeout
+        try:
+            if stdin is not None:
+                for chunk in stdin:
+                    if chunk:
+                        ch.send(chunk)
+                ch.eof()
+            out, err = bytearray(), bytearray()
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    ch.kill()
+                    raise TransportError(self.node, f"{self.node}: command timed out after "
+                                                    f"{timeout:g}s and was killed: "
+                                                    f"{command[:200]}")
+                msg = ch.get(min(left, 1.0))
+                if msg is None:
+                    raise TransportError(self.node, f"{self.node}: the step of Slurm job "
+                                                    f"{self.job} on {self.host} ended during "
+                                                    f"a command: {command[:200]}")
+                kind, data = msg
+                if kind in (frames.STDOUT, frames.STDERR):
+                    (out if kind == frames.STDOUT else err).extend(data)
+                    if on_output is not None:
+                        on_output(data, kind == frames.STDERR)
+                elif kind == frames.EXIT:
+                    return bytes(out), bytes(err), int(data)
+                elif kind == frames.FAILED:
+                    raise TransportError(self.node, f"{self.node}: cannot run sh there: "
+                                                    f"{data.decode('utf-8', 'replace')}")
+        except LinkClosed as exc:
+            raise TransportError(self.node, f"{self.node}: the step of Slurm job {self.job} "
+                                            f"on {self.host} has ended {exc}".rstrip()) from None
+        except BaseException:
+            if not ch.ended:
+                ch.kill()
+            raise
+
+    def spawn(self, command: str) -> StepCommand:
+        return StepCommand(self._open(command, True))
+
+    def start_detached(self, job: Detached, timeout: float) -> CommandResult:
+        """The run's own step, its ``srun`` let go here (a new session, reparented), so that
+        it lives on when ddptui ends; its task is ``job`` itself, not a daemon it leaves."""
+        unset = "unset " + " ".join(TASK_VARIABLES) + "; "
+        argv = self.srun("sh", "-c", unset + job.foreground(), name=job.name or "ddptui-run")
+        try:
+            subprocess.run(["setsid", "-f", *argv], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           timeout=timeout, check=True)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return CommandResult(1, "", f"could not start srun for the run's step: {exc}")
+        return CommandResult(0, "started\n", "")
+
+    def home(self) -> str:
+        if self._home is None:
+            res = self.run('printf %s "$HOME"', timeout=30)
+            if res.exit_code != 0 or not res.stdout.startswith("/"):
+                raise TransportError(self.node, f"{self.node}: could not read $HOME there: "
+                                                f"{res.stderr.strip()[-200:]}")
+            self._home = res.stdout
+        return self._home
+
+    def put_bytes(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
+        q = shlex.quote(remote_path)
+        d = shlex.quote(remote_path.rsplit("/", 1)[0] or "/")
+        cmd = (f't=$(mktemp {d}/.ddptui-tmp-XXXXXX) && cat > "$t" && chmod {mode:o} "$t" '
+               f'&& mv -f "$t" {q} || {{ rm -f "$t"; exit 1; }}')
+        res = self.run_stream(cmd, timeout=120, stdin=[data])
+        if res.exit_code != 0:
+            raise OSError(f"{self.node}: cannot write {remote_path}: {res.stderr.strip()}")
+
+    def read_from(self, remote_path: str, offset: int, max_bytes: int) -> bytes:
+        q = shlex.quote(remote_path)
+        if max_bytes <= 0:
+            return b""
+        out, err, code = self._collect(
+            f"[ -e {q} ] || exit {_ABSENT}; tail -c +{int(offset) + 1} {q} | "
+            f"head -c {int(max_bytes)}", 120, None, None)
+        if code == _ABSENT:
+            raise FileNotFoundError(remote_path)
+        if code != 0:
+            raise OSError(f"{self.node}: cannot read {remote_path}: "
+                          f"{err.decode('utf-8', 'replace').strip()}")
+        return out
+
+    def close(self) -> None:
+        link, self._link = self._link, None
+        if link is not None:
+            link.close()
+
+    def __repr__(self) -> str:
+        return f"SrunTransport({self.node!r}, job {self.job})"
+
+
+class StepCommand:
+    """A command left running in the agent's step (``Transport.spawn``)."""
+
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+        self._done = False
+
+    def read(self, timeout: float) -> bytes | None:
+        if self._done:
+            return None
+        end = time.monotonic() + timeout
+        while True:
+            msg = self.channel.get(max(0.0, end - time.monotonic()))
+            if msg is None or msg[0] in (frames.EXIT, frames.FAILED):
+                self._done = True
+                return None
+            kind, data = msg
+            if kind == frames.STDOUT:
+                return data
+            if kind == 0 or time.monotonic() >= end:
+                return b""
+
+    def send(self, data: bytes) -> None:
+        try:
+            self.channel.send(data)
+        except LinkClosed as exc:
+            raise OSError(f"the step has ended {exc}".strip()) from None
+
+    def close(self) -> None:
+        if self._done:
+            return
+        try:
+            self.channel.eof()
+        except LinkClosed:
+            self._done = True
+            return
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            msg = self.channel.get(0.2)
+            if msg is None or msg[0] in (frames.EXIT, frames.FAILED):
+                self._done = True
+                return
+        self.channel.kill()
+        self._done = True

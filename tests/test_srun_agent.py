@@ -1,0 +1,123 @@
+"""The srun transport's agent and link, spoken to directly on this machine: the same
+program and frames that travel inside a Slurm step (tests/test_slurm_run.py runs them in
+one), so the protocol's edges are tested in milliseconds."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ddptui.config import NodeConfig
+from ddptui.transport.base import Detached, TransportError
+from ddptui.transport.srun import SrunTransport
+
+
+class HereTransport(SrunTransport):
+    """The agent started here instead of inside a step: everything but ``srun`` itself."""
+
+    def srun(self, *argv: str, name: str = "") -> list[str]:
+        return list(argv)
+
+
+@pytest.fixture
+def t() -> HereTransport:
+    tr = HereTransport(NodeConfig(name="n1", host="n1", python=sys.executable, transport="srun"),
+                       "1")
+    tr.connect(10)
+    yield tr
+    tr.close()
+
+
+def test_run_gives_exit_code_and_both_streams(t: HereTransport) -> None:
+    r = t.run("printf 'ü ✓'; printf err >&2; exit 4", timeout=10)
+    assert (r.exit_code, r.stdout, r.stderr) == (4, "ü ✓", "err")
+
+
+def test_commands_run_at_once_on_one_link(t: HereTransport) -> None:
+    import threading
+
+    results: list[str] = []
+    threads = [threading.Thread(target=lambda i=i: results.append(
+        t.run(f"sleep 0.3; echo {i}", timeout=10).stdout.strip())) for i in range(8)]
+    t0 = time.monotonic()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert sorted(results) == [str(i) for i in range(8)]
+    assert time.monotonic() - t0 < 2.0  # concurrent, not 8 x 0.3 s in a row
+
+
+def test_run_stream_feeds_stdin_and_hands_output(t: HereTransport) -> None:
+    seen: list[tuple[bytes, bool]] = []
+    r = t.run_stream("cat; echo done >&2", timeout=10, stdin=[b"a" * 3_000_000, b"", b"b"],
+                     on_output=lambda data, err: seen.append((data, err)))
+    assert r.exit_code == 0 and r.stdout == "a" * 3_000_000 + "b"
+    assert b"".join(d for d, e in seen if not e) == b"a" * 3_000_000 + b"b"
+    assert [d for d, e in seen if e] == [b"done\n"]
+
+
+def test_timeout_kills_the_command(t: HereTransport, tmp_path: Path) -> None:
+    with pytest.raises(TransportError, match="timed out"):
+        t.run(f"echo $$ > {tmp_path}/pid; sleep 30", timeout=0.5)
+    pid = int((tmp_path / "pid").read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{pid}")
+    assert t.run("echo still", timeout=10).stdout == "still\n"  # the link lives on
+
+
+def test_files_round_trip_binary(t: HereTransport, tmp_path: Path) -> None:
+    data = bytes(range(256)) * 1000
+    path = str(tmp_path / "f.bin")
+    t.put_bytes(data, path, 0o600)
+    assert Path(path).read_bytes() == data and (os.stat(path).st_mode & 0o777) == 0o600
+    assert t.read_from(path, 10, 20) == data[10:30]
+    assert t.read_from(path, len(data), 5) == b""
+    with pytest.raises(FileNotFoundError):
+        t.read_from(str(tmp_path / "none"), 0, 5)
+    assert t.home() == os.path.expanduser("~")
+
+
+def test_spawned_command_reads_sends_and_ends_on_close(t: HereTransport) -> None:
+    s = t.spawn("while read -r line; do echo got $line; done")
+    s.send(b"one\n")
+    out = b""
+    deadline = time.monotonic() + 5
+    while b"got one" not in out and time.monotonic() < deadline:
+        out += s.read(0.5) or b""
+    assert out == b"got one\n"
+    s.close()
+    assert s.read(0.1) is None
+
+
+def test_a_closed_link_fails_every_call_in_words(t: HereTransport) -> None:
+    s = t.spawn("sleep 30")
+    assert t._link is not None
+    t._link.proc.kill()  # the step ended under it (scancel, a node failure)
+    assert s.read(5) is None
+    with pytest.raises(TransportError, match="step of Slurm job 1 on n1 has ended"):
+        t.run("true", timeout=5)
+
+
+def test_a_step_that_cannot_start_is_one_paragraph() -> None:
+    # `sh` in python's place: the step starts and its program fails at once, as a node's
+    # missing interpreter does
+    tr = HereTransport(NodeConfig(name="n1", host="n1", python="sh", transport="srun"), "7")
+    with pytest.raises(TransportError) as e:
+        tr.connect(5)
+    msg = str(e.value)
+    assert "could not start ddptui's step on node n1 of Slurm job 7 with sh" in msg
+    assert "srun said: " in msg and "\n" not in msg.split("srun said: ")[0]
+
+
+def test_detached_program_lines() -> None:
+    d = Detached("/w/it's", "launch.sh", ("a b",), "node.log")
+    assert d.foreground() == "cd '/w/it'\"'\"'s' && exec sh launch.sh 'a b' >> node.log 2>&1 " \
+                             "< /dev/null"
+    assert d.background().endswith("&) && echo started")

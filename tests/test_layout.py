@@ -167,6 +167,7 @@ GROWN_SINCE = {
     "a lost node's lines fetched when reached again, and what was stopped there said": 9,
     "attach of a run no node holds says so instead of following it": 39,
     "metric runs (a flood's metric lines taken whole) kept as the run's evidence": 12,
+    "the node's tee says when a rank ends with exit code 0 (torchrun logs failures only)": 38,
 }
 
 

@@ -11,7 +11,7 @@ import pytest
 from replay import DATA, T0, node_events, shift_ranks
 
 from ddptui.diagnose import Cause, Diagnosis, diagnose
-from ddptui.events import Event, NodeState, NodeStatus
+from ddptui.events import Event, Metric, NodeState, NodeStatus
 from ddptui.nodelog import NodeLogParser
 
 HERE = DATA / "diagnose"
@@ -262,9 +262,56 @@ def test_segfault() -> None:
     assert any("Signal 11 (SIGSEGV)" in e or "exitcode: -11" in e for e in d.evidence)
 
 
-def test_signal_without_a_rule_falls_back_to_the_exit_code() -> None:
-    d = check(diagnose(public_events("h", "sigabrt-block")), Cause.EXIT_CODE, "h", 10)
-    assert "rank 10 (node h) exited with code -6 (SIGABRT)" in d.headline
+def test_sigabrt_recorded_names_the_signal_and_what_it_means() -> None:
+    d = check(diagnose(node_log("a", "gloo-sigabrt.log")), Cause.SIGNAL, "a", 1)
+    assert d.what.startswith("rank 1 (node a) was killed by SIGABRT: native code aborted it")
+    assert any("exitcode  : -6 (pid:" in e for e in d.evidence)
+    # rank 0's "Connection reset by peer" came first, yet is the consequence
+    assert any("rank 0 (node a) lost its connection" in s and "consequence" in s
+               for s in d.details["a"])
+
+
+def test_sigabrt_public_failure_block() -> None:
+    d = check(diagnose(public_events("h", "sigabrt-block")), Cause.SIGNAL, "h", 10)
+    assert "rank 10 (node h) was killed by SIGABRT" in d.headline
+
+
+@pytest.mark.parametrize(("code", "name", "words"), [
+    (-7, "SIGBUS", "df -h /dev/shm"), (-4, "SIGILL", "another CPU"),
+    (-9, "SIGKILL", "dmesg | grep -i oom"), (-15, "SIGTERM", "outside torchrun"),
+    (-10, "SIGUSR1", "find what sends SIGUSR1")])
+def test_each_signal_is_named_with_what_it_usually_means(code: int, name: str,
+                                                         words: str) -> None:
+    """The recorded SIGABRT's lines with another signal in torchrun's failure block (a
+    SIGKILL with a traceback, which is no plain out-of-memory kill)."""
+    evs = [e for e in node_log("a", "gloo-sigabrt.log")]
+    evs = [NodeState(e.node, e.status, e.time, exit_code=e.exit_code) if isinstance(e, NodeState)
+           else e for e in evs]
+    raw = (HERE / "gloo-sigabrt.log").read_text(encoding="utf-8").replace(
+        "exitcode  : -6 (pid: 32095)  (SIGABRT)", f"exitcode  : {code} (pid: 32095)  ({name})"
+    ).replace("failed (exitcode: -6) local_rank: 1", f"failed (exitcode: {code}) local_rank: 1")
+    raw += "[ddptui 1 1] [rank1]: Traceback (most recent call last):\n" if code == -9 else ""
+    evs = [NodeState("a", NodeStatus.RUNNING, T0), *node_events("a", raw.splitlines(), t0=T0),
+           NodeState("a", NodeStatus.FAILED, T0 + 1000, exit_code=1)]
+    d = check(diagnose(evs), Cause.SIGNAL, "a", 1)
+    assert f"was killed by {name}" in d.what and words in d.headline
+
+
+def test_a_sigterm_torchrun_sent_is_no_signal_finding() -> None:
+    d = diagnose(node_log("a", "gloo-missing-data.log"))
+    assert d is not None and d.cause is Cause.MISSING_FILE
+    assert not any("SIGTERM" in s and "killed" in s for s in d.details["a"])
+
+
+def test_data_file_missing_on_one_node() -> None:
+    evs = [*node_log("a", "train-node0.log", end=NodeStatus.STOPPED, code=-15),
+           *node_log("b", "gloo-missing-data.log", offset=2)]
+    d = check(diagnose(evs), Cause.MISSING_FILE, "b", 3)
+    assert d.what == ("file data/shard-1.bin does not exist on node b (rank 3 (node b) "
+                      "stopped on it)")
+    assert "copy it to b" in d.advice and "relative path" in d.advice
+    assert any("rank 2 (node b) lost its connection" in s and "consequence" in s
+               for s in d.details["b"])
 
 
 def test_lost_node() -> None:
@@ -314,6 +361,85 @@ def test_nccl_version_mismatch_across_nodes() -> None:
 def test_other_nccl_error_in_nccls_words() -> None:
     d = check(diagnose(public_events("b", "banner-2.27")), Cause.NCCL_ERROR, "b", 2)
     assert "NCCL failed on rank 2 (node b): unhandled cuda error" in d.headline
+
+
+# -- ranks that disagree about their collectives -------------------------------------------
+
+def test_a_rank_that_left_early_is_the_cause_not_the_first_peer_that_lost_it() -> None:
+    """Rank 1 ran out of data after step 3 and returned; ranks 0 and 2's next all_reduce
+    found the connection closed, and torchrun's own root cause is rank 0."""
+    d = check(diagnose(node_log("a", "gloo-early-exit.log")), Cause.EARLY_EXIT, "a", 1)
+    assert d.what == ("rank 1 (node a) left the run first: it ended with exit code 0 at step 3 "
+                      "while the other ranks still trained, so their next collective had no "
+                      "partner (ranks 0, 2 failed in it)")
+    assert "DistributedSampler(drop_last=True)" in d.advice
+    assert "torch.distributed.algorithms.Join" in d.advice
+    assert d.evidence[:2] == [
+        "last line of rank 1: [a r1] rank 1: epoch done after 4 batches",
+        "[a agent] ddptui: rank 1 (local_rank 1, pid 31721) exited with code 0"]
+    for r in (0, 2):
+        assert any(f"rank {r} (node a) lost its connection" in s and "after rank 1 (node a) "
+                   "left, most likely a consequence" in s for s in d.details["a"])
+
+
+def test_early_exit_without_steps_leaves_the_step_out() -> None:
+    """No metric lines (a script that prints none): the step is not made up."""
+    evs = [e for e in node_log("b", "gloo-early-exit.log")
+           if not isinstance(e, Metric) and "@ddptui" not in getattr(e, "text", "")]
+    d = check(diagnose(evs), Cause.EARLY_EXIT, "b", 1)
+    assert "ended with exit code 0 while" in d.what
+
+
+def test_ranks_that_all_exit_0_at_different_times_are_a_success() -> None:
+    exits = [f"ddptui: rank {r} (local_rank {r}, pid {100 + r}) exited with code 0"
+             for r in (1, 0)]
+    evs = [NodeState("a", NodeStatus.RUNNING, T0),
+           *node_events("a", ["[ddptui 0 0] step 1", "[ddptui 1 1] step 1", exits[0],
+                              "[ddptui 0 0] step 2", exits[1]], t0=T0),
+           NodeState("a", NodeStatus.EXITED, T0 + 10, exit_code=0)]
+    assert diagnose(evs) is None and diagnose(evs, exit_code=0) is None
+
+
+def test_a_clean_exit_with_no_collective_failure_after_it_is_not_the_cause() -> None:
+    """Rank 0 finished; rank 1 then failed on its own (its ValueError, no collective in it):
+    that is the cause, and rank 0's clean end is no finding."""
+    raw = [ln for ln in (HERE / "gloo-value-error.log").read_text(encoding="utf-8")
+           .splitlines() if not ln.startswith("[ddptui 0 0]")]
+    raw.insert(0, "ddptui: rank 0 (local_rank 0, pid 7) exited with code 0")
+    d = check(diagnose([NodeState("a", NodeStatus.RUNNING, T0), *node_events("a", raw, t0=T0),
+                        NodeState("a", NodeStatus.FAILED, T0 + 1000, exit_code=1)]),
+              Cause.RANK_ERROR, "a", 1)
+    assert not any("left" in s for s in d.details["a"])
+
+
+@pytest.mark.parametrize(("name", "what"), [
+    ("gloo-mismatch-op.log", "ranks 0 and 1 called different collectives at collective #3: "
+     "ALLREDUCE of shape [4] on rank 0, BROADCAST of shape [4] on rank 1"),
+    ("gloo-mismatch-shape.log", "ranks 0 and 1 called ALLREDUCE with different tensors at "
+     "collective #0: shape [4] on rank 0, [5] on rank 1")])
+def test_collective_mismatch_under_detail(name: str, what: str) -> None:
+    d = check(diagnose(node_log("a", name)), Cause.COLLECTIVE_MISMATCH, "a", 0)
+    assert d.what.startswith(what) and "TORCH_DISTRIBUTED_DEBUG=DETAIL" in d.what
+    assert "CollectiveFingerPrint" not in d.headline
+    assert len(d.evidence) == 2 and all("Detected mismatch" in e for e in d.evidence)
+    assert not any("consequence" in s for s in d.details["a"])  # one finding for both
+
+
+def test_nccl_watchdog_names_the_collective_its_sequence_number_and_progress() -> None:
+    d = check(diagnose(public_events("b", "watchdog"), world_size=2),
+              Cause.COLLECTIVE_TIMEOUT, None, 0)
+    assert ("(NCCL's watchdog: ALLREDUCE with sequence number 808 ran 600.02 s against its "
+            "600 s timeout; rank 1 had completed up to #807 and queued up to #811)") in d.what
+
+
+def test_harmless_warnings_are_not_a_ranks_last_line() -> None:
+    warn = ("[W1125 21:25:35.256000 31720 torch/csrc/distributed/c10d/socket.cpp:767] [c10d] "
+            "The hostname of the client socket cannot be retrieved. err=-3")
+    evs = node_log("a", "gloo-early-exit.log")
+    end = next(i for i, e in enumerate(evs) if "epoch done" in getattr(e, "text", "")) + 1
+    evs[end:end] = node_events("a", [f"[ddptui 1 1] {warn}"], t0=T0)
+    d = check(diagnose(evs), Cause.EARLY_EXIT, "a", 1)
+    assert d.evidence[0] == "last line of rank 1: [a r1] rank 1: epoch done after 4 batches"
 
 
 # -- no diagnosis --------------------------------------------------------------------------------

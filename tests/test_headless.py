@@ -126,3 +126,15 @@ def test_a_failed_run_prints_the_diagnosis_before_its_status() -> None:
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("ddptui: rank 1 (node a) raised ValueError: batch 3")
     assert lines[-1] == "ddptui: run r7 failed, exit code 1"
+
+
+def test_last_lines_pass_over_harmless_warnings_unless_nothing_else_is_there() -> None:
+    from ddptui.faces.headless import last_words
+
+    warn = ("[W1125 21:25:35.256000 31720 torch/csrc/distributed/c10d/socket.cpp:767] [c10d] "
+            "The hostname of the client socket cannot be retrieved. err=-3")
+    said = [LogLine("a", t, 1.0 + i, Source.WORKER, level, 1, 1) for i, (t, level) in
+            enumerate([("step 4", Level.INFO), ("ValueError: boom", Level.ERROR),
+                       (warn, Level.WARNING), ("noise", Level.DEBUG), (warn, Level.WARNING)])]
+    assert [ln.text for ln in last_words(said, 2)] == ["step 4", "ValueError: boom"]
+    assert [ln.text for ln in last_words(said[2:], 5)] == [warn, warn]

@@ -169,6 +169,7 @@ GROWN_SINCE = {
     "metric runs (a flood's metric lines taken whole) kept as the run's evidence": 12,
     "Slurm: the run's own job step, its stop through scancel, the job watched and given back":
         36,
+    "the node's tee says when a rank ends with exit code 0 (torchrun logs failures only)": 38,
 }
 
 

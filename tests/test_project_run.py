@@ -216,3 +216,41 @@ def test_in_place_path_missing_on_one_node_names_it(cluster2: Cluster, tmp_path:
     assert "node node2: the project to run in place is not there" in said
     assert str(proj) in said and "node node1" not in said
     assert not list(tmp_path.glob("work-*/.ddptui/runs/*/node*"))
+
+
+UNEVEN = '''
+import json, time
+from datetime import timedelta
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", timeout=timedelta(seconds=20))
+rank = dist.get_rank()
+steps = 5 if rank == 2 else 60  # rank 2's shard is shorter: uneven inputs
+for step in range(1, steps + 1):
+    dist.all_reduce(torch.ones(4))
+    print("@ddptui " + json.dumps({"rank": rank, "step": step, "loss": 1.0 / step}), flush=True)
+    time.sleep(0.2)
+print(f"rank {rank}: out of data after {steps} steps", flush=True)
+'''
+
+
+def test_a_rank_that_leaves_early_is_named_as_the_cause(cluster2: Cluster,
+                                                        tmp_path: Path) -> None:
+    """Rank 2 of 4 returns after step 5 while the others train on: their next all_reduce
+    fails, and the summary names rank 2, its step and the fix, the rest as consequences."""
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "uneven.py").write_text(UNEVEN)
+    path = hosts(cluster2, tmp_path, {"script": "proj/uneven.py"})
+    res = ddptui("run", str(path), "--headless", "--no-preflight", state=tmp_path / "state",
+                 timeout=180)
+    out = res.stdout
+    assert res.returncode == 1, out[-4000:] + res.stderr
+    head = next(ln for ln in out.splitlines() if ln.startswith("ddptui: rank"))
+    assert head.startswith("ddptui: rank 2 (node node2) left the run first: it ended with exit "
+                           "code 0 at step 5 while the other ranks still trained"), out[-4000:]
+    assert "DistributedSampler(drop_last=True)" in head and "algorithms.Join" in head
+    assert "  [node2 agent] ddptui: rank 2 (local_rank 0, pid " in out
+    consequences = re.findall(r"^  node node\d: rank (\d) \(node node\d\) .*: after rank 2 "
+                              r"\(node node2\) left, most likely a consequence$", out, re.M)
+    assert consequences and "2" not in consequences, out[-4000:]
+    meta = json.loads((tmp_path / "state" / "runs" / run_id_of(out) / "run.json").read_text())
+    assert meta["diagnosis"]["cause"] == "early_exit" and meta["diagnosis"]["rank"] == 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -165,6 +166,46 @@ def test_real_torchrun_through_it_writes_whole_lines(tmp_path: Path) -> None:
                  f"to stderr from rank {r}", f"rank {r} ends mid-line"]}
     assert sorted(lines) == sorted(expected)
     assert "usage:" not in out and "Traceback" not in out
+
+
+LEAVES = """\
+import os, sys, time
+r = int(os.environ["RANK"])
+print(f"rank {r} starts", flush=True)
+time.sleep({0: 10, 1: 0.1, 2: 1.0}[r])
+sys.exit(3 if r == 2 else 0)
+"""
+
+
+def test_a_rank_that_ends_well_is_said_by_the_agent_and_a_failed_one_is_not(
+        tmp_path: Path) -> None:
+    """torchrun logs only failures; the tee's agent says when a rank ended with code 0
+    (rank 1), and nothing for rank 2's exit 3 nor for rank 0, which torchrun then stopped."""
+    program = tmp_path / "torchrun.py"
+    program.write_bytes(torchrun_program())
+    (tmp_path / "rank.py").write_text(LEAVES)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1",
+           "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[ddptui ${rank} ${local_rank}] "}
+    with open(tmp_path / "node.log", "ab") as log:
+        done = subprocess.run(
+            [sys.executable, str(program), "--standalone", "--nproc-per-node", "3",
+             "--tee", "3", "--log-dir", str(tmp_path / "logs"), "rank.py"],
+            cwd=tmp_path, env=env, stdout=log, stderr=log, timeout=180, check=False)
+    out = (tmp_path / "node.log").read_text()
+    assert done.returncode != 0, out
+    said = re.findall(r"^ddptui: rank (\d) \(local_rank (\d), pid \d+\) exited with code 0$",
+                      out, re.M)
+    assert said == [("1", "1")], out
+
+
+def test_a_torch_of_another_shape_says_no_exits(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch.distributed.elastic.multiprocessing.api import SubprocessContext
+
+    def other(self: object) -> None: ...
+
+    monkeypatch.setattr(SubprocessContext, "_capture_process_failures", other)
+    assert not torchrun_tee.install_exits()
+    assert SubprocessContext._capture_process_failures is other
 
 
 # -- progress bars: a carriage return on its own ends a bar state --------------------------

@@ -30,6 +30,9 @@ from ddptui.metrics.bulk import made
 _RANK_FIELD = re.compile(r"^\s*rank\s*: (\d+) \(local_rank: (\d+)\)")
 _EXIT_FIELD = re.compile(r"^\s*exitcode\s*: (-?\d+)(?: \(pid: (\d+)\))?")
 _CHILD_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)(?: \(pid: (\d+)\))?")
+# The node's tee saying a rank ended with exit code 0 (torchrun logs failures only): see
+# ddptui.launch.torchrun_tee.CLEAN_EXIT.
+_CLEAN_EXIT = re.compile(r"^ddptui: rank (\d+) \(local_rank \d+, pid (\d+)\) exited with code 0$")
 # The agent stopping a worker itself, by pid: a SIGKILL it sent is no out-of-memory kill.
 _SIGNALLED = re.compile(r"process (\d+) (?:closing signal|via signal)|shutdown process (\d+)")
 # Shells report a signal death as 128 + the signal.
@@ -66,6 +69,7 @@ class RankFacts:
     exit_code: int | None = None
     exit_time: float | None = None
     pid: int | None = None
+    left_at: float | None = None  # when its node said it ended with exit code 0
 
     @property
     def signal(self) -> str | None:
@@ -168,6 +172,11 @@ def _exits(facts: RunFacts, node: NodeFacts) -> None:
                        for ln in r.lines[:1]}
     rank: int | None = None
     for ln in node.agent:
+        m = _CLEAN_EXIT.match(ln.text)
+        if m is not None:
+            _set_exit(facts, node.node, int(m.group(1)), 0, ln.time, m.group(2))
+            facts.rank(node.node, int(m.group(1))).left_at = ln.time
+            continue
         m = _CHILD_FAILED.search(ln.text)
         if m is not None:
             g = local_to_global.get(int(m.group(2)))

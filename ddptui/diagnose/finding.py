@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from ddptui.diagnose import signatures as sig
 from ddptui.diagnose.diagnosis import Cause
 from ddptui.diagnose.facts import RankFacts, RunFacts, said
 from ddptui.events import LogLine
@@ -67,6 +68,12 @@ def first_said(rf: RankFacts, test: Callable[[str], object]) -> LogLine | None:
         if test(said(ln)):
             return ln
     return None
+
+
+def last_lines(rf: RankFacts, count: int) -> list[LogLine]:
+    """The rank's last ``count`` lines that may explain something: known harmless warnings
+    (c10d's "hostname of the client socket cannot be retrieved") are passed over."""
+    return [ln for ln in rf.lines if not sig.is_harmless(ln.text)][-count:] if count else []
 
 
 def after(rf: RankFacts, line: LogLine, count: int) -> list[LogLine]:

@@ -7,7 +7,7 @@ finding becomes the headline is :mod:`ddptui.diagnose.verdict`'s choice.
 
 from __future__ import annotations
 
-from ddptui.diagnose import nccl, stalls
+from ddptui.diagnose import collectives, nccl, stalls
 from ddptui.diagnose import signatures as sig
 from ddptui.diagnose.diagnosis import Cause
 from ddptui.diagnose.facts import RankFacts, RunFacts, said
@@ -19,6 +19,7 @@ from ddptui.diagnose.finding import (
     cite,
     exit_evidence,
     first_said,
+    last_lines,
     open_ranks,
     where,
 )
@@ -63,8 +64,11 @@ def missing_file(facts: RunFacts, claimed: set[Key]) -> list[Finding]:
         else:
             m = sig.MISSING_FILE.search(text)
             assert m is not None
-            what = f"file {m.group(1)} does not exist on node {rf.node}"
+            path = m.group(1)
+            what = f"file {path} does not exist on node {rf.node}"
             advice = f"copy it to {rf.node} or fix the path: each node opens its own files"
+            if not path.startswith(("/", "~")):
+                advice += " (a relative path starts at the rank's working directory)"
         out.append(Finding(Cause.MISSING_FILE, rf.node, rf.rank, line.time,
                            f"{what} ({where(rf.node, rf.rank)} stopped on it)", advice,
                            [cite(line)]))
@@ -180,6 +184,54 @@ def host_oom(facts: RunFacts, claimed: set[Key]) -> list[Finding]:
     return out
 
 
+#: What a signal that ended a rank most often means, and what to do about it.
+_SIGNALS = {
+    "SIGABRT": ("native code aborted it (a failed check in C++, CUDA or NCCL, or the C "
+                "library finding its memory corrupted)",
+                "the rank's lines just before the abort name the failed check; run it with "
+                "PYTHONFAULTHANDLER=1 to see the Python stack"),
+    "SIGBUS": ("a bus error, most often shared memory (/dev/shm) too small for DataLoader "
+               "workers, or a memory-mapped file that shrank while in use",
+               "check `df -h /dev/shm` on {node} (in a container, raise --shm-size) or use "
+               "fewer DataLoader workers"),
+    "SIGILL": ("an illegal instruction: a binary built for another CPU",
+               "install builds of torch and its extensions made for {node}'s CPU"),
+    "SIGFPE": ("an arithmetic fault in native code (an integer division by zero)",
+               "run it with PYTHONFAULTHANDLER=1 to see where"),
+    "SIGKILL": ("most often the kernel's out-of-memory killer, when {node} ran out of memory",
+                "`dmesg | grep -i oom` on {node} confirms it; lower host memory use "
+                "(DataLoader workers, data held in RAM) or give it more"),
+    "SIGTERM": ("something outside torchrun sent it (a scheduler's time limit, a person, a "
+                "service manager)",
+                "find what sent it on {node}; stop a run with `ddptui stop` instead"),
+    "SIGHUP": ("its terminal or session hung up",
+               "start the job detached (ddptui does) and check nothing on {node} hangs it up"),
+    "SIGINT": ("an interrupt (Ctrl-C) reached it", "find what sent SIGINT on {node}"),
+    "SIGPIPE": ("it wrote to a pipe or socket whose reader was gone",
+                "check what reads its output (a `| head`, a logger that ended)"),
+}
+
+
+def signalled(facts: RunFacts, claimed: set[Key]) -> list[Finding]:
+    """A rank a signal ended that torchrun did not send, named with what it usually means.
+    A SIGTERM counts only when torchrun's own list of the processes it stopped could be
+    read (the rank's pid is known): otherwise torchrun most likely sent it."""
+    out = []
+    for rf in open_ranks(facts, claimed):
+        name = rf.signal
+        if name is None or _agent_signalled(facts, rf) or (name == "SIGTERM" and rf.pid is None):
+            continue
+        meaning, advice = _SIGNALS.get(name, (
+            "a signal from outside the rank, or from its own native code",
+            f"read the end of rank {rf.rank}'s log and find what sends {name} on {{node}}"))
+        last = [f"last line of rank {rf.rank}: {cite(ln)}" for ln in last_lines(rf, 1)]
+        out.append(Finding(
+            Cause.SIGNAL, rf.node, rf.rank, rf.exit_time or 0.0,
+            f"{where(rf.node, rf.rank)} was killed by {name}: {meaning.format(node=rf.node)}",
+            advice.format(node=rf.node), last + exit_evidence(facts, rf)))
+    return out
+
+
 def _own_error(rf: RankFacts) -> tuple[str, float, list[str]] | None:
     """The rank's own last error line (exception or usage error), never torch's boilerplate."""
     for ln in reversed(rf.lines):
@@ -245,7 +297,7 @@ def exit_code(facts: RunFacts, claimed: set[Key]) -> list[Finding]:
         if rf.exit_code in (None, 0) or rf.signal == "SIGTERM" or _agent_signalled(facts, rf):
             continue
         how = f"code {rf.exit_code}" + (f" ({rf.signal})" if rf.signal else "")
-        last = [cite(ln) for ln in rf.lines[-1:]]
+        last = [cite(ln) for ln in last_lines(rf, 1)]
         out.append(Finding(Cause.EXIT_CODE, rf.node, rf.rank, rf.exit_time or 0.0,
                            f"{where(rf.node, rf.rank)} exited with {how}",
                            f"read the end of rank {rf.rank}'s log", last + exit_evidence(facts, rf),
@@ -264,12 +316,15 @@ RULES: tuple[Rule, ...] = (
     missing_file,
     address_in_use,
     rendezvous,
+    collectives.mismatch,
+    collectives.early_exit,
     stalls.collective_timeout,
     peer_lost,
     nccl.other_error,
     segfault,
     host_oom,
     rank_error,
+    signalled,
     node_lost,
     exit_code,
 )

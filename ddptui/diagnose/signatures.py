@@ -90,6 +90,22 @@ GLOO_TIMEOUT = re.compile(r"Timed out waiting (\d+)ms for (recv|send) operation"
 NCCL_WATCHDOG = re.compile(
     r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+)"
 )
+# The same WorkNCCL's timeout and run time (torch 1.x to 2.x keep this tail).
+NCCL_WATCHDOG_TIME = re.compile(r"Timeout\(ms\)=(\d+)\) ran for (\d+) milliseconds")
+# torch >= 2.2's next line: how far this rank's queue of collectives got.
+NCCL_WORK_PROGRESS = re.compile(
+    r"last enqueued NCCL work: (-?\d+), last completed NCCL work: (-?\d+)"
+)
+# TORCH_DISTRIBUTED_DEBUG=DETAIL's check before each collective (torch >= 1.10; SequenceNumber
+# since 2.0, "inconsistent" before it).
+_PRINT = (r"CollectiveFingerPrint\((?:SequenceNumber=(\d+), )?OpType=(\w+)"
+          r"(?:, TensorShape=\[([^\]]*)\])?")
+COLLECTIVE_MISMATCH = re.compile(
+    rf"Detected mismatch between collectives on ranks\. Rank (\d+) is running "
+    rf"(?:inconsistent )?collective: {_PRINT}.*?, but Rank (\d+) is running "
+    rf"(?:inconsistent )?collective: {_PRINT}"
+)
+
 NCCL_HEARTBEAT = "Heartbeat monitor timed out"
 PEER_LOST = re.compile(
     r"Connection closed by peer|Connection reset by peer|Connection closed by remote peer|"
@@ -100,3 +116,15 @@ SEGFAULT_LINE = re.compile(r"Segmentation fault|SIGSEGV")
 KERNEL_OOM = re.compile(r"Out of memory: Killed process|oom-kill|oom_reaper|Memory cgroup out of")
 # The agent told to stop (ddptui or a person stopping the run): what follows is no failure.
 AGENT_STOPPING = re.compile(r"Received \d+ death signal")
+
+# A rank's warnings that explain nothing about a failure, whatever else went wrong: never "the
+# last lines" shown under it while a line that explains is there.
+HARMLESS = (
+    # c10d's store, accepting a peer whose address has no reverse name (containers, network
+    # namespaces): it goes on with the address (libtorch's socket.cpp, torch 2.x)
+    "The hostname of the client socket cannot be retrieved",
+)
+
+
+def is_harmless(text: str) -> bool:
+    return any(h in text for h in HARMLESS)

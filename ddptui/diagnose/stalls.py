@@ -10,7 +10,7 @@ from __future__ import annotations
 from ddptui.diagnose import signatures as sig
 from ddptui.diagnose.diagnosis import Cause
 from ddptui.diagnose.facts import RankFacts, RunFacts
-from ddptui.diagnose.finding import Finding, Key, Tier, cite, first_said, where
+from ddptui.diagnose.finding import Finding, Key, Tier, cite, first_said, last_lines, where
 from ddptui.events import LogLine
 
 _INF = float("inf")
@@ -66,22 +66,41 @@ def collective_timeout(facts: RunFacts, claimed: set[Key], world: int | None = N
         kind = f"a gloo {m.group(2)} ({int(m.group(1)) / 1000:g} s timeout)"
     elif m is not None:
         kind = f"NCCL {m.group(2)} #{m.group(1)}"
+    watchdog = _watchdog(by_rank[first.rank], first) if m is not None and first.rank is not \
+        None and first.rank in by_rank and m.re is sig.NCCL_WATCHDOG else ""
     evidence = [cite(timed[r]) for r in sorted(timed)][:4]
     explains = {(by_rank[r].node, r) for r in timed}
     if culprit is None:
         return [Finding(Cause.COLLECTIVE_TIMEOUT, first.node, None, first.time,
-                        f"rank{plural} {waiting} timed out waiting in {kind}; no rank could be "
-                        "named as the one that stopped first",
+                        f"rank{plural} {waiting} timed out waiting in {kind}{watchdog}; no rank "
+                        "could be named as the one that stopped first",
                         _advice(None), evidence, Tier.WAIT, explains)]
     crf = by_rank.get(culprit)
     node = crf.node if crf is not None else None
-    if crf is not None and crf.lines:
-        evidence.append(f"last line of rank {culprit}: {cite(crf.lines[-1])}")
+    if crf is not None and (last := last_lines(crf, 1)):
+        evidence.append(f"last line of rank {culprit}: {cite(last[0])}")
         explains.add((crf.node, culprit))
     what = (f"rank{plural} {waiting} timed out waiting in {kind} for {where(node, culprit)}, "
-            f"which stopped progressing first: {why}")
+            f"which stopped progressing first: {why}{watchdog}")
     return [Finding(Cause.COLLECTIVE_TIMEOUT, node, culprit, first.time, what, _advice(culprit),
                     evidence, Tier.WAIT, explains)]
+
+
+def _watchdog(rf: RankFacts, line: LogLine) -> str:
+    """NCCL's watchdog in words: the stuck collective's sequence number, how long it ran
+    against its timeout, and how far the rank's queue got (torch >= 2.2's next line)."""
+    m = sig.NCCL_WATCHDOG.search(line.text)
+    if m is None:
+        return ""
+    out = f" (NCCL's watchdog: {m.group(2)} with sequence number {m.group(1)}"
+    t = sig.NCCL_WATCHDOG_TIME.search(line.text)
+    if t is not None:
+        out += f" ran {int(t.group(2)) / 1000:g} s against its {int(t.group(1)) / 1000:g} s timeout"
+    p = next((q for ln in rf.lines if (q := sig.NCCL_WORK_PROGRESS.search(ln.text))), None)
+    if p is not None:
+        out += (f"; rank {rf.rank} had completed up to #{p.group(2)} and queued up to "
+                f"#{p.group(1)}")
+    return out + ")"
 
 
 def _advice(culprit: int | None) -> str:

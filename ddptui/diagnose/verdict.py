@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from ddptui.diagnose.diagnosis import Diagnosis
+from ddptui.diagnose.diagnosis import Cause, Diagnosis
 from ddptui.diagnose.facts import RunFacts, gather
 from ddptui.diagnose.finding import Finding, Key, where
 from ddptui.diagnose.rules import RULES
@@ -78,13 +78,14 @@ def details(facts: RunFacts, head: Finding, findings: list[Finding]) -> dict[str
     """Per node, what happened there, each failure marked as the cause or a consequence."""
     out: dict[str, list[str]] = {n: [] for n in facts.nodes}
     said: set[Key] = set()
+    gone = "left" if head.cause is Cause.EARLY_EXIT else "failed"
     for f in sorted(findings, key=lambda f: f.time):
         if f.node is None:
             continue
         if f is head:
             out[f.node].append(f"{f.what} (the cause)")
         else:
-            out[f.node].append(f"{f.what}: after {where(head.node, head.rank)} failed, "
+            out[f.node].append(f"{f.what}: after {where(head.node, head.rank)} {gone}, "
                                "most likely a consequence")
         said.add((f.node, f.rank))
         said |= f.explains

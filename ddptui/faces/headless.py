@@ -11,7 +11,7 @@ import sys
 from typing import TextIO
 
 from ddptui.diagnose import Diagnosis
-from ddptui.diagnose.signatures import own_cause
+from ddptui.diagnose.signatures import is_harmless, own_cause
 from ddptui.events import (
     Failure,
     Level,
@@ -95,6 +95,14 @@ def format_failure_head(f: Failure) -> str:
     return f"[{f.node}] ✗ {rank} failed: {how}"
 
 
+def last_words(lines: list[LogLine], count: int) -> list[LogLine]:
+    """A rank's last ``count`` lines that may explain its end: not its DEBUG chatter, and
+    not the warnings known to be harmless (c10d's "hostname of the client socket cannot be
+    retrieved"), unless there is nothing else."""
+    said = [ln for ln in lines if ln.level is not Level.DEBUG]
+    return ([ln for ln in said if not is_harmless(ln.text)] or said)[-count:]
+
+
 def diagnosis_report(d: Diagnosis) -> list[str]:
     """The diagnosis first: ddptui's sentence, the lines it rests on, then node by node."""
     return d.report("ddptui: ")
@@ -115,8 +123,7 @@ def failure_report(store: Store, result: RunResult, tail: int = 15, run_id: str 
             if f.error_file:
                 out.append(f"  error file on {f.node}: {f.error_file}")
             if f.rank is not None:  # what the rank said, not its metric records
-                lines = [ln for ln in store.rank_tail(f.rank, 50 * tail)
-                         if ln.level is not Level.DEBUG][-tail:]
+                lines = last_words(store.rank_tail(f.rank, 50 * tail), tail)
                 if lines:
                     out.append(f"  last lines of rank {f.rank}:")
                     out.extend(f"    {ln.text}" for ln in lines)

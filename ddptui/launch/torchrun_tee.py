@@ -167,6 +167,43 @@ def install() -> bool:
     return True
 
 
+#: The agent's line for a rank that ended with exit code 0, which torchrun does not log (it
+#: logs failures only): without it, a rank that left early (its data ran out first) while the
+#: others trained on leaves no trace but its silence. Read by ``ddptui.diagnose.facts``.
+CLEAN_EXIT = "ddptui: rank {rank} (local_rank {local_rank}, pid {pid}) exited with code 0"
+#: What torchrun's poll of its ranks calls, for each rank, to see whether it ended.
+_POLL_HOOK = "_capture_process_failures"
+
+
+def install_exits() -> bool:
+    """Have torchrun's poll of its ranks say when one ends with exit code 0, if its poll has
+    the shape this wraps (torch 2.x's ``SubprocessContext``); torchrun is otherwise as it
+    is. One line per rank per attempt: a run that ends well prints one for each rank."""
+    try:
+        from torch.distributed.elastic.multiprocessing.api import SubprocessContext
+        capture = getattr(SubprocessContext, _POLL_HOOK)
+        if tuple(inspect.signature(capture).parameters) != ("self", "done_local_ranks"):
+            return False
+    except Exception:  # no torch, or another layout: torchrun as it is
+        return False
+
+    def capture_and_say(self: Any, done_local_ranks: set[int]) -> None:
+        before = set(done_local_ranks)
+        capture(self, done_local_ranks)
+        try:
+            for local_rank in sorted(done_local_ranks - before):
+                proc = self.subprocess_handlers[local_rank].proc
+                if proc.returncode == 0:
+                    rank = self.envs[local_rank].get("RANK", "?")
+                    print(CLEAN_EXIT.format(rank=rank, local_rank=local_rank, pid=proc.pid),
+                          file=sys.stderr, flush=True)
+        except Exception:  # a word less in the log, never a torchrun that fails for it
+            return
+
+    setattr(SubprocessContext, _POLL_HOOK, capture_and_say)
+    return True
+
+
 def hold(path: str, seconds: float) -> bool:
     """Wait for the controller's release: True once ``path`` was renamed to :data:`GO`,
     False when it vanished or the wait ran out (then it is renamed to :data:`EXPIRED`)."""
@@ -201,6 +238,7 @@ def main() -> None:
     """torchrun run as ``python -m torch.distributed.run`` runs it: its module as
     ``__main__``, whose logger torch leaves unformatted (the agent lines ddptui reads)."""
     install()
+    install_exits()
     held = os.environ.pop("DDPTUI_HOLD", None)
     seconds = float(os.environ.pop("DDPTUI_HOLD_S", HOLD_S))
     cwd = os.environ.pop("DDPTUI_CWD", None)

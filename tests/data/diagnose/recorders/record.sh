@@ -20,3 +20,11 @@ L=$!; sleep 1
 run addr-in-use --nnodes 1 --node-rank 0 --nproc-per-node 2 --rdzv-backend static --master-addr 127.0.0.1 --master-port 29612 --tee 3 --log-dir /tmp/diagrec/tl value_error.py
 kill $L
 timeout 60 python3 -m torch.distributed.run --standalone --nproc-per-node 2 --tee 3 --log-dir /tmp/diagrec/tl hang_ahead.py > out/hang-metrics-ahead.log 2>&1; echo "ahead rc=$?"
+# 2026-11-25, through ddptui's tee (its agent says when a rank ends with exit code 0):
+# python -c "from ddptui.launch.staging import torchrun_program; open('torchrun_tee.py','wb').write(torchrun_program())"
+tee() { name=$1; shift; timeout 60 python3 torchrun_tee.py --standalone --tee 3 --log-dir /tmp/diagrec/tl "$@" > out/$name.log 2>&1; echo "$name rc=$?"; }
+tee early-exit --nproc-per-node 3 early_exit.py
+TORCH_DISTRIBUTED_DEBUG=DETAIL tee mismatch-op --nproc-per-node 2 mismatch.py
+TORCH_DISTRIBUTED_DEBUG=DETAIL tee mismatch-shape --nproc-per-node 2 mismatch_shape.py
+tee sigabrt --nproc-per-node 2 sigabrt.py
+rm -rf data; tee missing-data --nproc-per-node 2 missing_data.py

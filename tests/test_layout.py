@@ -167,6 +167,8 @@ GROWN_SINCE = {
     "a lost node's lines fetched when reached again, and what was stopped there said": 9,
     "attach of a run no node holds says so instead of following it": 39,
     "metric runs (a flood's metric lines taken whole) kept as the run's evidence": 12,
+    "preflight in the ranks' environment beside a bare login, and the env: name at fault "
+    "(rank_env.py, issue 25)": 243,
 }
 
 

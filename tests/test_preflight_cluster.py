@@ -243,3 +243,41 @@ def test_gpus_from_a_stand_in_nvidia_smi(cluster2: Cluster, tmp_path: Path) -> N
            "20,480 MiB)" in busy, busy
     assert busy.endswith("it is left from ddptui run 20261122-000000-old: "
                          "`ddptui stop 20261122-000000-old`."), busy
+
+
+def test_env_that_changes_the_torch_of_one_nodes_ranks(cluster2: Cluster, tmp_path: Path,
+                                                       ) -> None:
+    """node2's `env:` puts a site's own torch on PYTHONPATH: a bare login there has the same
+    torch as node1, its ranks would not. Both `check` and the automatic preflight say so,
+    naming the node, both versions and the variable; no secret value shows; nothing starts."""
+    import torch
+
+    site = tmp_path / "site"
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "__init__.py").write_text('__version__ = "2.99.0+site"\n')
+    secret = "hf_n0t_f0r_y0ur_eyes_42"
+    path, _ = hosts_file(cluster2, tmp_path, node2={
+        "env": {"PYTHONPATH": str(site), "HF_TOKEN": secret}})
+    res = check(path, tmp_path)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert row(res.stdout, "node1")[2] == "✓" and row(res.stdout, "node2")[2] == "✗"
+    [line] = failures(res.stdout)
+    assert line.startswith(f"✗ torch: node node2 has torch 2.99.0+site but node node1 has "
+                           f"torch {torch.__version__}"), line
+    assert f"with PYTHONPATH in its `env:` they get torch 2.99.0+site from {site / 'torch'}" \
+        in line and f"a bare login on node node2 gets torch {torch.__version__}" in line, line
+    assert secret not in res.stdout + res.stderr
+
+    res = ddptui("run", str(path), "--headless", state=tmp_path / "state", timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr and secret not in res.stdout + res.stderr
+    assert "the run was not started" in res.stderr, res.stderr
+    assert "node node2 has torch 2.99.0+site but node node1" in res.stderr, res.stderr
+    assert "with PYTHONPATH in its `env:`" in res.stderr, res.stderr
+    assert "[node2] ── failed (preflight: torch)" in res.stdout, res.stdout
+    run_id = run_id_of(res.stdout)
+    meta = (tmp_path / "state" / "runs" / run_id / "run.json").read_text()
+    assert secret not in meta and json.loads(meta)["preflight"]["ok"] is False
+    assert marked_pids(run_id) == []
+    for h in cluster2.hosts:  # nothing is left on a node, not even the workdir
+        assert not (tmp_path / f"work-{h.name}").exists()

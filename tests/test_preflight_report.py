@@ -19,7 +19,7 @@ from ddptui.diagnose.preflight import Endpoint, parse_report
 from ddptui.diagnose.preflight.ifname import ifname_problems, nccl_picks, parse_nccl
 from ddptui.diagnose.preflight.probe import NODE_SRC
 from ddptui.diagnose.preflight.report import read_gpus, read_route
-from ddptui.launch.preflight import check_cmd, endpoint_of, node_args
+from ddptui.launch.preflight import endpoint_of, node_args
 
 DATA = Path(__file__).parent / "data" / "preflight"
 
@@ -218,14 +218,20 @@ def test_an_endpoint_named_otherwise_is_found_by_address() -> None:
 
 
 def test_the_command_quotes_every_value() -> None:
+    from ddptui.launch import rank_env
+
     nasty = "/opt/it's $(rm -rf /) `id`/python3"
     node = NodeConfig("a", "h", python=nasty, workdir="~/w'; echo pwned")
+    cfg = HostsConfig(Path("h.yaml"), (node,))
+    rank = rank_env.for_node(cfg, node, project="/p'; id")
     args = node_args(node, Endpoint("x';id", 1, "a"), nonce="n", expect=2, with_torch=False)
-    words = shlex.split(check_cmd(nasty, args))
-    assert words[-5:-2] == [nasty, "-S", "-c"] and words[-2] == NODE_SRC
+    cmd = rank_env.command(rank, NODE_SRC, json.dumps(args), no_site=True, bare=False)
+    words = shlex.split(cmd.rsplit("; exec ", 1)[1])
+    assert words[:3] == [nasty, "-S", "-c"] and words[3] == NODE_SRC
     assert json.loads(words[-1]) == args and args["listen"] and not args["torch"]
-    full = shlex.split(check_cmd(nasty, {**args, "torch": True}))
-    assert full[-4:-2] == [nasty, "-c"]  # torch needs site-packages
+    assert "cd '/p'\"'\"'; id' 2>/dev/null" in cmd
+    full = rank_env.command(rank, NODE_SRC, json.dumps({**args, "torch": True}))
+    assert shlex.split(full.rsplit("; exec ", 1)[1])[:2] == [nasty, "-c"]  # torch: site
     assert args["workdir"] == "~/w'; echo pwned" and args["endpoint"] == "x';id"
 
 

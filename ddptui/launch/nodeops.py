@@ -43,6 +43,7 @@ try:
     if spec is None or not spec.origin:
         raise ModuleNotFoundError("No module named 'torch'")
     here = os.path.dirname(spec.origin)
+    out["torch_path"] = here
     text = ""
     for name in ("version.py", os.path.basename(spec.origin)):
         try:
@@ -336,6 +337,7 @@ class Probe:
     cuda_version: str | None = None
     nccl: str | None = None
     devices: int | None = None
+    torch_path: str | None = None  # the directory torch is found in
 
 
 def last_json(stdout: str, key: str) -> dict[str, Any] | None:
@@ -356,7 +358,7 @@ def parse_probe(stdout: str) -> Probe | None:
         return None
     return Probe(str(d["python"]), str(d.get("version", "")), str(d.get("hostname", "")),
                  d.get("torch"), d.get("torch_error"), d.get("cuda"),
-                 d.get("cuda_version"), d.get("nccl"), d.get("devices"))
+                 d.get("cuda_version"), d.get("nccl"), d.get("devices"), d.get("torch_path"))
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,13 @@ from collections.abc import Callable
 
 from ddptui.config import NodeConfig
 from ddptui.diagnose.preflight import Mark
-from ddptui.launch import nodeops, project, reserve, staging, withheld
+from ddptui.diagnose.preflight.report import TorchInfo
+from ddptui.launch import nodeops, project, rank_env, reserve, staging, withheld
 from ddptui.launch import preflight as node_checks
 from ddptui.launch.outcome import LaunchError
 from ddptui.launch.plan import NodeLaunch, Plan, expand_home, make_plan
 from ddptui.launch.ports import Abort, LaunchContext, on_every_node
-from ddptui.launch.reach import map_at_once, probe
+from ddptui.launch.reach import map_at_once, probe, probe_as_ranks
 from ddptui.run_state import NodeEvent, NodeRecord
 from ddptui.sync.walk import Walked
 from ddptui.transport.base import TransportError
@@ -48,9 +49,10 @@ def launch(ctx: LaunchContext, *, checks_first: bool, planned: Callable[[Plan], 
     early = hold is not None and start_early(ctx, plan)
     if hold is not None and not early:
         plan = planned(make_node_plans(ctx, homes, walked, store=store))
-    probes = probe_all(ctx)
+    envs = rank_env.for_plan(ctx.config, plan)
+    probes, bare = probe_all(ctx, envs)
     if checks_first:
-        preflight(ctx, probes)
+        preflight(ctx, probes, envs, bare)
     project.check_in_place(ctx, plan)
     project.sync_all(ctx, plan, walked)
     if early:
@@ -89,12 +91,23 @@ def reach(ctx: LaunchContext) -> dict[str, str]:
     return homes
 
 
-def probe_all(ctx: LaunchContext) -> dict[str, nodeops.Probe]:
-    """Every node's interpreter and torch (:func:`ddptui.launch.reach.probe`)."""
-    probes, problems = _probe(ctx, list(ctx.config.nodes))
+def probe_all(ctx: LaunchContext, envs: dict[str, rank_env.RankEnv]
+              ) -> tuple[dict[str, nodeops.Probe], dict[str, TorchInfo | None]]:
+    """Every node's interpreter and torch as its ranks will see them, and the torch a bare
+    login finds there (:func:`ddptui.launch.reach.probe_as_ranks`)."""
+    nodes = list(ctx.config.nodes)
+    probes: dict[str, nodeops.Probe] = {}
+    bare: dict[str, TorchInfo | None] = {}
+    problems: list[str] = []
+    found = map_at_once(nodes, lambda n: probe_as_ranks(n, ctx.pool.get(n.name), envs[n.name]))
+    for node, res in zip(nodes, found, strict=True):
+        if isinstance(res, tuple):
+            probes[node.name], bare[node.name] = res
+        else:
+            problems.append(_failed(ctx, node, res))
     if problems:
         raise Abort(problems, cleanup=False)
-    return probes
+    return probes, bare
 
 
 def _probe(ctx: LaunchContext, nodes: list[NodeConfig]
@@ -110,10 +123,12 @@ def _probe(ctx: LaunchContext, nodes: list[NodeConfig]
     return probes, problems
 
 
-def preflight(ctx: LaunchContext, probes: dict[str, nodeops.Probe]) -> None:
-    """The fast preflight over the open connections (``launch/preflight.py``): a run that
-    would fail or hang at its rendezvous is not started."""
-    outcome = node_checks.before_launch(ctx.config, ctx.pool.all(), probes)
+def preflight(ctx: LaunchContext, probes: dict[str, nodeops.Probe],
+              envs: dict[str, rank_env.RankEnv] | None = None,
+              bare: dict[str, TorchInfo | None] | None = None) -> None:
+    """The fast preflight over the open connections (``launch/preflight.py``), in the ranks'
+    environment: a run that would fail or hang at its rendezvous is not started."""
+    outcome = node_checks.before_launch(ctx.config, ctx.pool.all(), probes, envs, bare)
     verdict = outcome.verdict
     ctx.record.update(preflight={"seconds": round(outcome.seconds, 3), "ok": verdict.ok,
                                  "problems": verdict.problems})

@@ -233,11 +233,16 @@ def module_paths(module: str) -> tuple[str, ...]:
 
 def node_env(config: HostsConfig, node: NodeConfig, run_id: str, node_rank: int) -> dict[str, str]:
     """The hosts file's env for the node, then ddptui's own on top (later wins)."""
+    return {**job_env(config, node), "DDPTUI_RUN": f"{run_id}/{node_rank}"}
+
+
+def job_env(config: HostsConfig, node: NodeConfig) -> dict[str, str]:
+    """:func:`node_env` without the run's marker: what preflight's node program runs under,
+    so that it imports what the ranks will, yet is never taken for a process of a run."""
     env = dict(node.env)
     env["PYTHONUNBUFFERED"] = "1"
     env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = events.PREFIX_TEMPLATE
     env.setdefault("LOGLEVEL", "INFO")  # torchrun's agent logs restarts at INFO
-    env["DDPTUI_RUN"] = f"{run_id}/{node_rank}"
     job = config.job
     for key, value in (
         ("NCCL_DEBUG", job.nccl_debug),
@@ -278,12 +283,10 @@ def launch_script(
     :mod:`ddptui.launch.torchrun_tee`) and enters the project itself once released: the
     synced tree may not exist yet when it starts.
     """
-    for key in env:
-        if not _ENV_NAME_RE.match(key):
-            raise ValueError(f"not an environment variable name: {key!r}")
-    for value in (*argv, *env.values(), ndir, project or ""):
+    for value in (*argv, ndir):
         if "\x00" in value:
             raise ValueError("a NUL character cannot be passed to a process")
+    exports = env_exports(env, project)
     human = shlex.join(["torchrun", *argv[2:]])
     lines = [
         "#!/bin/sh",
@@ -294,11 +297,9 @@ def launch_script(
         # the rendezvous port's lock (``ddptui.launch.reserve``) lives as long as this shell
         *([f"[ -d {quote(lock)} ] && echo $$ > {quote(posixpath.join(lock, rundir.LOCK_PID))}"]
           if lock else []),
-        *(f"export {key}={quote(env[key])}" for key in sorted(env)),
+        *exports,
     ]
     command = " ".join(quote(a) for a in argv)
-    if project is not None:
-        lines.append(f'export PYTHONPATH={quote(project)}"${{PYTHONPATH:+:$PYTHONPATH}}"')
     if hold_s is not None:
         lines += [f"export DDPTUI_HOLD={quote(rundir.hold_file(ndir))}",
                   f"export DDPTUI_HOLD_S={_number(hold_s)}",
@@ -322,6 +323,23 @@ def launch_script(
     tmp = f"{done[:-1]}.tmp'" if project is not None else f"{done}.tmp"
     lines += [f'echo "$rc" > {tmp} && mv {tmp} {done}', 'exit "$rc"']
     return "\n".join(lines) + "\n"
+
+
+def env_exports(env: Mapping[str, str], project: str | None = None) -> list[str]:
+    """The ``export`` lines that give a process the ranks' environment: ``env`` (the node's
+    ``env:`` and ddptui's own, see :func:`node_env`), then the project first on
+    ``PYTHONPATH``. ``launch.sh`` holds them, and preflight's node program is handed them on
+    its stdin (never its command line: secret values are among them)."""
+    for key in env:
+        if not _ENV_NAME_RE.match(key):
+            raise ValueError(f"not an environment variable name: {key!r}")
+    for value in (*env.values(), project or ""):
+        if "\x00" in value:
+            raise ValueError("a NUL character cannot be passed to a process")
+    lines = [f"export {key}={quote(env[key])}" for key in sorted(env)]
+    if project is not None:
+        lines.append(f'export PYTHONPATH={quote(project)}"${{PYTHONPATH:+:$PYTHONPATH}}"')
+    return lines
 
 
 def exported_env(script: str) -> dict[str, str]:

@@ -10,6 +10,7 @@ all nodes at the same time, so no step waits for another.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import secrets
@@ -20,12 +21,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddptui.config import HostsConfig, NodeConfig
-from ddptui.diagnose.preflight import Endpoint, NodeReport, Verdict, judge, parse_report
+from ddptui.diagnose.preflight import Endpoint, Mark, NodeReport, Verdict, judge, parse_report
+from ddptui.diagnose.preflight.envdiff import env_changes_torch
 from ddptui.diagnose.preflight.probe import NODE_SRC
 from ddptui.diagnose.preflight.report import TorchInfo
-from ddptui.launch import nodeops
-from ddptui.launch.plan import quote
+from ddptui.launch import nodeops, rank_env
+from ddptui.launch.plan import expand_home
+from ddptui.launch.project import project_dirs
+from ddptui.launch.rank_env import torch_of
 from ddptui.launch.reach import connect, map_at_once
+from ddptui.sync.walk import walk
 from ddptui.transport.base import Transport, TransportError
 
 #: The endpoint listens this long at most (it stops once every node has connected).
@@ -72,19 +77,6 @@ def endpoint_of(config: HostsConfig, addresses: Mapping[str, str],
     return Endpoint(rd.endpoint, rd.effective_port, None)
 
 
-def check_cmd(python: str, args: Mapping[str, Any]) -> str:
-    """The one command a node runs; exit 127 (and a line saying so) without the interpreter.
-
-    Without torch to import the program needs no site-packages, so ``-S`` skips ``site``:
-    with a few ``.pth`` files (editable installs, certifi) that is most of its start-up.
-    """
-    q = quote(python)
-    bare = "" if args.get("torch") else " -S"
-    return (f"command -v {q} >/dev/null 2>&1 || "
-            f"{{ echo 'ddptui: no such interpreter: '{q} >&2; exit 127; }}; "
-            f"exec {q}{bare} -c {quote(NODE_SRC)} {quote(json.dumps(args))}")
-
-
 def node_args(node: NodeConfig, endpoint: Endpoint, *, nonce: str, expect: int,
               with_torch: bool) -> dict[str, Any]:
     return {
@@ -96,17 +88,23 @@ def node_args(node: NodeConfig, endpoint: Endpoint, *, nonce: str, expect: int,
 
 
 def gather(config: HostsConfig, transports: Mapping[str, Transport], endpoint: Endpoint, *,
-           full: bool) -> dict[str, NodeReport]:
-    """Run the program on every node of ``transports`` at once; a report per node."""
+           full: bool, envs: Mapping[str, rank_env.RankEnv] | None = None,
+           ) -> dict[str, NodeReport]:
+    """Run the program on every node of ``transports`` at once, in its ranks' environment
+    (``envs``; by default the config's, without a project); a report per node. The full
+    check asks a bare login's torch in the same round trip (the launch's probe did)."""
     nonce = secrets.token_hex(8)
     nodes = [n for n in config.nodes if n.name in transports]
 
     def ask(node: NodeConfig) -> NodeReport:
-        cmd = check_cmd(node.python, node_args(node, endpoint, nonce=nonce, expect=len(nodes),
-                                               with_torch=full))
-        res = transports[node.name].run(cmd, timeout=90 if full else 30)
-        return parse_report(node.name, res.stdout, exit_code=res.exit_code, stderr=res.stderr,
-                            received_at=time.time() if full else None)
+        env = (envs or {}).get(node.name) or rank_env.for_node(config, node)
+        args = node_args(node, endpoint, nonce=nonce, expect=len(nodes), with_torch=full)
+        res = rank_env.run(transports[node.name], env, NODE_SRC, json.dumps(args),
+                           timeout=90 if full else 30, no_site=not full, bare=full)
+        bare, stdout = rank_env.split_bare(res.stdout)
+        report = parse_report(node.name, stdout, exit_code=res.exit_code, stderr=res.stderr,
+                              received_at=time.time() if full else None)
+        return dataclasses.replace(report, bare_torch=bare)
 
     reports = {}
     for node, res in zip(nodes, map_at_once(nodes, ask), strict=True):
@@ -115,6 +113,46 @@ def gather(config: HostsConfig, transports: Mapping[str, Transport], endpoint: E
         else:
             reports[node.name] = NodeReport(node.name, not_run=f"{type(res).__name__}: {res}")
     return reports
+
+
+def explained(config: HostsConfig, transports: Mapping[str, Transport],
+              envs: Mapping[str, rank_env.RankEnv], reports: dict[str, NodeReport],
+              endpoint: Endpoint) -> Verdict:
+    """The verdict; where a node's torch fails and its ranks' environment changes that torch,
+    the node is asked (once more) which `env:` name does it, so the failure can say."""
+    verdict = judge(config, reports, endpoint)
+    asked = [n for n in config.nodes if n.name in transports
+             and (r := verdict.get(n.name, "torch")) is not None and r.mark == Mark.FAIL
+             and env_changes_torch(reports[n.name])]
+    if not asked:
+        return verdict
+
+    def ask(node: NodeConfig) -> tuple[str, ...]:
+        env = envs.get(node.name) or rank_env.for_node(config, node)
+        return rank_env.ask_causes(transports[node.name], env, reports[node.name].bare_torch)
+
+    for node, found in zip(asked, map_at_once(asked, ask), strict=True):
+        if isinstance(found, tuple):
+            reports[node.name] = dataclasses.replace(reports[node.name], torch_causes=found)
+    return judge(config, reports, endpoint)
+
+
+def check_envs(config: HostsConfig, transports: Mapping[str, Transport]
+               ) -> dict[str, rank_env.RankEnv]:
+    """``ddptui check``'s idea of each node's ranks' environment: the project's path there is
+    the one a launch would use (the synced tree of today's content, or the in-place path)."""
+    job = config.job
+    dirs: Mapping[str, str] | None = None
+    if job.script is not None and job.project is not None:
+        with contextlib.suppress(Exception):  # a project that cannot ship: `run` says why
+            walked = walk(job.project, job.exclude, max_mb=job.max_sync_mb) if job.sync \
+                else None
+            homes = {k: t.home() for k, t in transports.items()}
+            workdirs = {n.name: expand_home(n.workdir, homes[n.name])
+                        for n in config.nodes if n.name in homes}
+            dirs = project_dirs(job, workdirs, homes, walked)
+    return {n.name: rank_env.for_node(config, n, (dirs or {}).get(n.name))
+            for n in config.nodes}
 
 
 def check(config: HostsConfig) -> Outcome:
@@ -132,29 +170,29 @@ def check(config: HostsConfig) -> Outcome:
             transports[node.name] = res
     try:
         endpoint = endpoint_of(config, {k: t.address for k, t in transports.items()})
-        reports.update(gather(config, transports, endpoint, full=True))
+        envs = check_envs(config, transports)
+        reports.update(gather(config, transports, endpoint, full=True, envs=envs))
+        verdict = explained(config, transports, envs, reports, endpoint)
     finally:
         for t in transports.values():
             t.close()
-    return Outcome(judge(config, reports, endpoint), reports, endpoint,
-                   time.monotonic() - t0)
+    return Outcome(verdict, reports, endpoint, time.monotonic() - t0)
 
 
 def before_launch(config: HostsConfig, transports: Mapping[str, Transport],
-                  probes: Mapping[str, nodeops.Probe]) -> Outcome:
-    """The automatic subset: the same program without torch (``reach``'s probe knows its
-    versions) over the launch's open connections; no clock (it decides nothing about a run)."""
+                  probes: Mapping[str, nodeops.Probe],
+                  envs: Mapping[str, rank_env.RankEnv] | None = None,
+                  bare: Mapping[str, TorchInfo | None] | None = None) -> Outcome:
+    """The automatic subset: the same program without torch (``reach``'s probe, made in the
+    same ``envs``, knows its versions and ``bare`` a bare login's) over the launch's open
+    connections; no clock (it decides nothing about a run)."""
     t0 = time.monotonic()
+    envs = envs or {}
     endpoint = endpoint_of(config, {k: t.address for k, t in transports.items()})
-    reports = gather(config, transports, endpoint, full=False)
+    reports = gather(config, transports, endpoint, full=False, envs=envs)
     for name, probe in probes.items():
         if name in reports and reports[name].python is not None:
-            reports[name] = dataclasses.replace(reports[name], torch=torch_of(probe))
-    return Outcome(judge(config, reports, endpoint), reports, endpoint,
-                   time.monotonic() - t0)
-
-
-def torch_of(probe: nodeops.Probe) -> TorchInfo:
-    if probe.torch is None:
-        return TorchInfo(error=probe.torch_error)
-    return TorchInfo(probe.torch, probe.cuda_version, probe.nccl, probe.cuda, probe.devices)
+            reports[name] = dataclasses.replace(reports[name], torch=torch_of(probe),
+                                                bare_torch=(bare or {}).get(name))
+    verdict = explained(config, transports, envs, reports, endpoint)
+    return Outcome(verdict, reports, endpoint, time.monotonic() - t0)

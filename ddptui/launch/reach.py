@@ -12,9 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from ddptui.config import HostsConfig, NodeConfig
-from ddptui.launch import nodeops
+from ddptui.diagnose.preflight.report import TorchInfo
+from ddptui.launch import nodeops, rank_env
 from ddptui.launch.outcome import LaunchError
-from ddptui.transport.base import Transport
+from ddptui.transport.base import CommandResult, Transport
 from ddptui.transport.factory import make_transport
 
 T = TypeVar("T")
@@ -53,7 +54,19 @@ def probe_node(node: NodeConfig, config: HostsConfig) -> tuple[Transport, nodeop
 
 def probe(node: NodeConfig, transport: Transport) -> nodeops.Probe:
     """The node's interpreter and torch, or a :class:`LaunchError` that says how to fix them."""
-    res = transport.run(nodeops.probe_cmd(node.python), timeout=60)
+    return _found(node, transport.run(nodeops.probe_cmd(node.python), timeout=60))
+
+
+def probe_as_ranks(node: NodeConfig, transport: Transport, rank: rank_env.RankEnv
+                   ) -> tuple[nodeops.Probe, TorchInfo | None]:
+    """:func:`probe` in the ranks' environment (``env:``, the project on ``PYTHONPATH``), and
+    the torch a bare login finds there, from the same round trip."""
+    res, bare = rank_env.probe(transport, rank)
+    return _found(node, res, bare), bare
+
+
+def _found(node: NodeConfig, res: CommandResult, bare: TorchInfo | None = None
+           ) -> nodeops.Probe:
     found = nodeops.parse_probe(res.stdout)
     where = f"node {node.name} ({node.host})"
     if res.exit_code == 127 or found is None:
@@ -64,8 +77,13 @@ def probe(node: NodeConfig, transport: Transport) -> nodeops.Probe:
             "). Set `python:` for this node (or in `defaults:`) to an interpreter that has "
             "torch installed."])
     if found.torch is None:
+        bare_has = bare is not None and bare.version is not None
         raise LaunchError([
             f"{where}: {node.python} ({found.python}, Python {found.version}) cannot import "
-            f"torch: {found.torch_error}. Install torch there or point `python:` at an "
-            "environment that has it."])
+            f"torch: {found.torch_error}. " + (
+                f"A bare login there imports torch {bare.version}"
+                f"{f' from {bare.path}' if bare.path else ''}: the node's `env:` (PATH, "
+                "PYTHONPATH) hides it from the ranks; correct it in the hosts file."
+                if bare is not None and bare_has else
+                "Install torch there or point `python:` at an environment that has it.")])
     return found

@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Mapping
 
 from ddptui.config import HostsConfig, NodeConfig
+from ddptui.diagnose.preflight.envdiff import env_changes_torch, explain
 from ddptui.diagnose.preflight.report import NodeReport, TorchInfo
 from ddptui.diagnose.preflight.verdict import Context, Outcome, fail, gib, mib, ok, skip
 
@@ -37,25 +38,29 @@ def check_python(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
 
 def torch_reference(config: HostsConfig, reports: Mapping[str, NodeReport],
                      ) -> tuple[str, TorchInfo] | None:
-    """The versions most nodes have; on a tie, those of the earliest node rank."""
-    have = [(n.name, t) for n in config.ordered_nodes
+    """The versions most nodes have; on a tie, those of the earliest node rank whose `env:`
+    does not change its torch (a bare login there imports the same), else the earliest."""
+    have = [(n.name, t, env_changes_torch(r)) for n in config.ordered_nodes
             if (r := reports.get(n.name)) is not None and (t := r.torch) is not None
             and t.error is None and t.version]
     if not have:
         return None
-    counts = Counter(t.key for _, t in have)
+    counts = Counter(t.key for _, t, _ in have)
     best = max(counts.values())
-    return next((name, t) for name, t in have if counts[t.key] == best)
+    tied = [(name, t, changed) for name, t, changed in have if counts[t.key] == best]
+    name, t, _ = min(tied, key=lambda x: x[2])  # stable: the earliest of the unchanged
+    return name, t
 
 
 def check_torch(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
     t = r.torch
     if t is None:
         return skip("not checked")
+    why = explain(n.name, r)
     if t.error is not None:
         return fail("no torch", f"node {n.name}: {r.python or n.python} cannot import torch "
-                     f"({t.error}). Install torch there, or point `python:` at an "
-                     "environment that has it.")
+                     f"({t.error}). " + (why or "Install torch there, or point `python:` at "
+                                               "an environment that has it."))
     ref = c.torch_ref
     if ref is not None and ref[1].key != t.key:
         parts = [f"{w} {mine or 'none'}" for w, mine, theirs in
@@ -66,8 +71,9 @@ def check_torch(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
                           if mine != theirs)
         return fail(t.version or "?", f"node {n.name} has {', '.join(parts)} but node "
                      f"{ref[0]} has {other}: ranks of different builds fail or hang at the "
-                     f"first collective. Install the same torch on every node, or point "
-                     f"node {n.name}'s `python:` at an environment that has it.")
+                     "first collective. " + (why or "Install the same torch on every "
+                                             f"node, or point node {n.name}'s `python:` at "
+                                             "an environment that has it."))
     return ok(t.describe().removeprefix("torch "))
 
 

@@ -258,7 +258,8 @@ def gpus():
 
 def torch_versions():
     import torch
-    res = {"torch": str(getattr(torch, "__version__", None))}
+    res = {"torch": str(getattr(torch, "__version__", None)),
+           "path": os.path.dirname(getattr(torch, "__file__", None) or "") or None}
     res["cuda"] = getattr(getattr(torch, "version", None), "cuda", None)
     try:
         v = torch.cuda.nccl.version()

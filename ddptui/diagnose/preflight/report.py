@@ -25,6 +25,9 @@ class TorchInfo:
     devices: int | None = None
     error: str | None = None
     """Why ``import torch`` failed there."""
+    path: str | None = None
+    """The directory torch was found in: two environments that import the same version
+    from two places are told apart, and the place says which path entry won."""
 
     @property
     def key(self) -> tuple[str | None, str | None, str | None]:
@@ -118,6 +121,12 @@ class NodeReport:
     python: str | None = None
     python_version: str | None = None
     torch: TorchInfo | None = None
+    bare_torch: TorchInfo | None = None
+    """What a bare login (no ``env:``, no project) finds there, beside ``torch``, which is
+    what the ranks import; None where not asked."""
+    torch_causes: tuple[str, ...] = ()
+    """The ``env:`` names (or ``job.project``) that alone make ``torch`` differ from
+    ``bare_torch``; asked only when that difference fails a check."""
     hostname: str | None = None
     fqdn: str | None = None
     host_addrs: tuple[str, ...] | None = None
@@ -229,7 +238,8 @@ def parse_report(node: str, stdout: str, *, exit_code: int = 0, stderr: str = ""
                           "login_env": dict(d.get("env") or {}), "errors": errors}
     if isinstance(t := d.get("torch"), dict):
         kw["torch"] = TorchInfo(t.get("torch"), t.get("cuda"), t.get("nccl"),
-                                t.get("cuda_available"), t.get("devices"), t.get("error"))
+                                t.get("cuda_available"), t.get("devices"), t.get("error"),
+                                t.get("path"))
     if isinstance(n := d.get("names"), dict):
         kw.update(hostname=n.get("hostname"), fqdn=n.get("fqdn"), host_error=n.get("error"),
                   short_error=n.get("short_error"))

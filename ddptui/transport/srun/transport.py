@@ -51,7 +51,7 @@ class SrunTransport:
     def srun(self, *argv: str, name: str = AGENT_STEP) -> list[str]:
         """A step of the job on this node alone, beside the steps already there."""
         return ["srun", "--overlap", "--whole", f"--jobid={self.job}", f"--nodelist={self.host}",
-                "--nodes=1", "--ntasks=1", "--quiet", f"--job-name={name}", *argv]
+                "--nodes=1", "--ntasks=1", "--quiet", "--unbuffered", f"--job-name={name}", *argv]
 
     def connect(self, timeout: float = 30.0) -> None:
         self.close()

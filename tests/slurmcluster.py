@@ -49,17 +49,17 @@ from cluster import (
     _ip_batch_start,
     _kill_netnses,
     _lock,
+    _netns_pids,
     _pick_network,
     _pid_alive,
     _wait_all,
     reap_stale,
 )
+from slurmconf import hosts_file, slurm_conf
 
 #: What the harness runs; CI installs them (``.ci/run``), so a missing one is a failure.
 SLURM_TOOLS = ("munged", "slurmctld", "slurmd", "srun", "salloc", "squeue", "scancel",
                "scontrol", "sinfo", "nsenter", "unshare", "ip")
-#: The same in every node: each slurmd listens in its own network namespace.
-SLURMD_PORT = 6818
 _SBIN_PATH = "/usr/local/sbin:/usr/sbin:/sbin"
 _GRANTED_RE = re.compile(r"Granted job allocation (\d+)")
 #: Run ``argv`` with a private /etc/hosts and hostname: ``sh -c SCRIPT hosts name argv...``.
@@ -73,17 +73,6 @@ def tool(name: str) -> str | None:
 
 def missing_tools() -> list[str]:
     return [t for t in SLURM_TOOLS if tool(t) is None]
-
-
-def offline_conf(folder: Path) -> Path:
-    """A slurm.conf with which ``scontrol show hostnames`` works and no daemon is needed.
-
-    Without any slurm.conf the clients try a DNS SRV lookup first and give up.
-    """
-    folder.mkdir(parents=True, exist_ok=True)
-    conf = folder / "slurm.conf"
-    conf.write_text("ClusterName=offline\nSlurmctldHost=localhost\n")
-    return conf
 
 
 class SlurmCluster:
@@ -124,14 +113,7 @@ class SlurmCluster:
     @classmethod
     def create(cls, root: Path, n_nodes: int = 2, cpus_per_node: int = 2) -> SlurmCluster:
         """Build and start; on any failure tear down what was made and re-raise."""
-        cluster = cls(root, n_nodes, cpus_per_node)
-        try:
-            cluster._build()
-        except BaseException:
-            with contextlib.suppress(Exception):
-                cluster.close()
-            raise
-        return cluster
+        return cls(root, n_nodes, cpus_per_node).__enter__()
 
     def __enter__(self) -> SlurmCluster:
         try:
@@ -196,52 +178,22 @@ class SlurmCluster:
         self._wait_for(self._all_idle, "every node idle in sinfo", 20.0 + 0.5 * self.n_nodes)
 
     def _write_files(self) -> None:
+        """Munge key, hosts file and slurm.conf; nothing outside ``root`` and ``run_dir``."""
         key = self.run_dir / "munge.key"
         key.write_bytes(secrets.token_bytes(1024))
         key.chmod(0o400)
         self.run_dir.chmod(0o711)  # clients reach the socket through it
-        (self.run_dir / "state").mkdir()
+        for sub in ("state", *self.nodes):  # state, and each node's spool (slurmd wants it)
+            (self.run_dir / sub).mkdir()
         (self.root / "plugstack.conf").write_text("")  # not /etc/slurm's
-        hosts = ("127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n"
-                 f"{self.gateway} {self.ctl_name}\n"
-                 + "".join(f"{ip} {n}\n" for n, ip in self.addresses.items()))
-        (self.root / "hosts").write_text(hosts)
+        hosts = {self.ctl_name: self.gateway, **self.addresses}
+        (self.root / "hosts").write_text(hosts_file(hosts))
         self._register_daemons()
-        nodes = "".join(f"NodeName={n} NodeAddr={ip} CPUs={self.cpus_per_node} State=UNKNOWN\n"
-                        for n, ip in self.addresses.items())
-        self.conf.write_text(
-            f"ClusterName=ddpt{self.token}\n"
-            f"SlurmctldHost={self.ctl_name}({self.gateway})\n"
-            f"SlurmctldPort={self.ctld_port}\n"
-            f"SlurmdPort={SLURMD_PORT}\n"
-            # slurmctld binds the controller's address only, so clusters never share a port.
-            "CommunicationParameters=NoCtldInAddrAny\n"
-            "AuthType=auth/munge\nCredType=cred/munge\n"
-            f"AuthInfo=socket={self.munge_socket}\n"
-            "SlurmUser=root\nSlurmdUser=root\n"
-            f"StateSaveLocation={self.run_dir / 'state'}\n"
-            f"SlurmdSpoolDir={self.run_dir}/%n\n"
-            f"SlurmctldPidFile={self.run_dir / 'slurmctld.pid'}\n"
-            f"SlurmdPidFile={self.run_dir}/slurmd-%n.pid\n"
-            f"SlurmctldLogFile={self.root / 'slurmctld.log'}\n"
-            f"SlurmdLogFile={self.root}/slurmd-%n.log\n"
-            f"PlugStackConfig={self.root / 'plugstack.conf'}\n"
-            "SlurmctldDebug=info\nSlurmdDebug=info\n"
-            # No cgroup, no accounting: what a plain machine (and CI) can run.
-            "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
-            "JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n"
-            "JobCompType=jobcomp/none\nMpiDefault=none\n"
-            "SelectType=select/cons_tres\nSelectTypeParameters=CR_CPU\n"
-            "SchedulerType=sched/backfill\nReturnToService=2\n"
-            # A node may claim more CPUs than this machine has (4 nodes x 2 CPUs on 2 cores).
-            "SlurmdParameters=config_overrides\n"
-            # Short timeouts: a test waits seconds, not minutes, for a cancel or a lost node.
-            "MessageTimeout=5\nSlurmctldTimeout=10\nSlurmdTimeout=10\nKillWait=2\n"
-            "InactiveLimit=0\nMinJobAge=2\nUnkillableStepTimeout=10\n"
-            + nodes
-            + f"PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE "
-              "State=UP OverSubscribe=FORCE:4\n"
-        )
+        self.conf.write_text(slurm_conf(
+            cluster_name=f"ddpt{self.token}", ctl_name=self.ctl_name, ctl_address=self.gateway,
+            ctld_port=self.ctld_port, munge_socket=self.munge_socket, run_dir=self.run_dir,
+            log_dir=self.root, addresses=self.addresses, cpus_per_node=self.cpus_per_node,
+            partition=self.partition))
 
     def _in_ns(self, netns: str | None, hostname: str, argv: list[str]) -> list[str]:
         """``argv`` with its own hostname and /etc/hosts (and a node's network, if given).
@@ -259,6 +211,17 @@ class SlurmCluster:
                 argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True, env={**_clean_env(), "PATH": f"{_SBIN_PATH}:/usr/bin:/bin"})
         self._register_daemons()
+
+    def leftovers(self) -> list[str]:
+        """What of this cluster is still on the machine: daemons, namespaces, links, files."""
+        found = [f"{n} pid {p.pid}" for n, p in self._procs.items() if p.poll() is None]
+        netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+        found += [f"netns {ns}" for ns in self._netns.values()
+                  if re.search(rf"^{re.escape(ns)}\b", netns, re.M)]
+        found += [f"link {v}" for v in [*self._veth.values(), self.bridge]
+                  if re.search(rf": {re.escape(v)}[@:]", links)]
+        return found + ([str(self.run_dir)] if self.run_dir.exists() else [])
 
     def _register_daemons(self) -> None:
         """Record the daemons' PIDs, so that a later run can stop them if this one crashes."""
@@ -317,6 +280,19 @@ class SlurmCluster:
     def state(self, job: str) -> str:
         """The job's state in squeue (``RUNNING``...), or ``""`` once it has left the queue."""
         return self.run(["squeue", "-h", "-j", job, "-o", "%T"], check=False).stdout.strip()
+
+    def steps(self, job: str) -> list[str]:
+        """The ids (``J.S``) of the job's running steps."""
+        out = self.run(["squeue", "-h", "-s", "-j", job, "-o", "%i"], check=False).stdout
+        return out.split()
+
+    def daemon_pid(self, node: str) -> int:
+        """The PID of the node's slurmd."""
+        return self._procs[f"slurmd-{node}"].pid
+
+    def node_pids(self, node: str) -> list[int]:
+        """Every process in the node's network namespace: slurmd, slurmstepd, tasks."""
+        return _netns_pids(self._netns[node])
 
     def squeue(self) -> list[dict[str, str]]:
         """Every job in the queue: ``{"id", "name", "state", "nodes"}`` (nodes as a hostlist)."""

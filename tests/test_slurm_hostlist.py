@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from slurmcluster import offline_conf, tool
+from slurmcluster import tool
+from slurmconf import offline_conf
 
 from ddptui.slurm.hostlist import MAX_RANGE, compress, expand
 

@@ -385,4 +385,6 @@ def _reap_stale_daemons() -> None:
                 cmd = Path(f"/proc/{int(pid_text)}/cmdline").read_bytes()
                 if name.split("-")[0].encode() in cmd:
                     os.kill(int(pid_text), signal.SIGKILL)
+        for run_dir in Path("/tmp").glob(f"ddpts-{token}-*"):
+            shutil.rmtree(run_dir, ignore_errors=True)
         f.unlink(missing_ok=True)

@@ -3,13 +3,15 @@
 Cluster fixtures (``@pytest.mark.cluster`` tests): real hosts in network namespaces with real
 OpenSSH sshd, from :mod:`tests.cluster`. They skip only on a developer machine without root
 (``CI`` unset); in CI, or as root, a cluster that cannot be built is a failure, not a skip.
+
+Slurm fixtures: a real slurmctld and one slurmd per node, from :mod:`tests.slurmcluster`.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from cluster import Cluster, ClusterFactory, environment_problem
+from slurmcluster import SlurmCluster, missing_tools
 
 # -- cluster --------------------------------------------------------------------------------
 
@@ -63,3 +66,58 @@ def cluster2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield c
     finally:
         c.close()
+
+
+# -- slurm ----------------------------------------------------------------------------------
+
+#: The type of the ``slurm_cluster_factory`` fixture: ``factory(n_nodes, cpus_per_node)``.
+SlurmClusterFactory = Callable[..., SlurmCluster]
+
+
+def _require_slurm_environment() -> None:
+    """Skip only where Slurm in namespaces is impossible (not Linux, not root).
+
+    Missing Slurm binaries fail instead: CI installs them (.ci/run), so a skip there would
+    hide that the srun transport went untested.
+    """
+    if not sys.platform.startswith("linux") or os.geteuid() != 0:
+        pytest.skip("the Slurm test cluster needs Linux and root (network namespaces)")
+    missing = missing_tools()
+    if missing:
+        pytest.fail(f"Slurm test cluster: {', '.join(missing)} not installed; install "
+                    "slurmctld slurmd slurm-client munge (as .ci/run does)", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A ready 2-node Slurm cluster (sn1, sn2) shared by one module; cancel your own jobs."""
+    _require_slurm_environment()
+    c = SlurmCluster.create(tmp_path_factory.mktemp("slurm"), 2)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def slurm_cluster_factory(tmp_path: Path) -> Iterator[SlurmClusterFactory]:
+    """``slurm_cluster_factory(n_nodes=4)`` builds a fresh cluster torn down after the test."""
+    _require_slurm_environment()
+    made: list[SlurmCluster] = []
+
+    def make(n_nodes: int = 2, cpus_per_node: int = 2) -> SlurmCluster:
+        c = SlurmCluster.create(tmp_path / f"slurm{len(made)}", n_nodes, cpus_per_node)
+        made.append(c)
+        return c
+
+    try:
+        yield make
+    finally:
+        errors = []
+        for c in reversed(made):
+            try:
+                c.close()
+            except Exception as exc:  # collect, so one bad teardown does not leak the rest
+                errors.append(exc)
+        if errors:
+            raise errors[0]

@@ -121,3 +121,29 @@ def test_detached_program_lines() -> None:
     assert d.foreground() == "cd '/w/it'\"'\"'s' && exec sh launch.sh 'a b' >> node.log 2>&1 " \
                              "< /dev/null"
     assert d.background().endswith("&) && echo started")
+
+
+def test_stdin_that_waits_on_the_output_is_fed_beside_the_reading(t: HereTransport) -> None:
+    """A sync's stdin sends its manifest, then waits for the node's answer before sending
+    files: the output must reach ``on_output`` while stdin is still being fed."""
+    import threading
+
+    heard = threading.Event()
+
+    def stdin():
+        yield b"question\n"
+        assert heard.wait(5), "the answer was not handed over while stdin was open"
+        yield b"files\n"
+
+    r = t.run_stream("read -r q; echo answer; read -r f; echo got $f", timeout=10, stdin=stdin(),
+                     on_output=lambda data, err: heard.set())
+    assert r.stdout == "answer\ngot files\n"
+
+
+def test_stdin_that_fails_ends_the_command_and_raises(t: HereTransport) -> None:
+    def stdin():
+        yield b"x"
+        raise ValueError("a file changed while it was sent")
+
+    with pytest.raises(ValueError, match="changed"):
+        t.run_stream("cat > /dev/null; sleep 30", timeout=10, stdin=stdin())

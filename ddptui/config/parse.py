@@ -107,7 +107,7 @@ class _HostsParser(NodeWalker):
             self.problem(lines.get(asked[0], entry.line), f"slurm.{asked[0]}",
                          "is for an allocation ddptui asks for; with `job:` the allocation "
                          "you hold is used as it is. Remove one of them.")
-        elif "job" not in v and "nodes" not in v:
+        elif "job" not in entries and "nodes" not in entries:
             self.problem(entry.line, "slurm", "needs `job:` (an allocation you hold, or "
                                               "`env`) or `nodes:` (how many to ask for).")
         transport = defaults.get("transport", ("srun", entry.line))

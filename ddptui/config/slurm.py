@@ -14,7 +14,7 @@ from typing import Any
 
 from ddptui.config import values as v
 from ddptui.config.fieldkey import key
-from ddptui.config.values import Check, Invalid, ListOf, show
+from ddptui.config.values import Check, Invalid, ListOf, kind
 
 #: The host of the template node, until an allocation gives the real ones.
 SLURM_TEMPLATE = "slurm-allocation"
@@ -29,7 +29,7 @@ def _job(value: Any) -> str:
     if isinstance(value, str) and (value == JOB_FROM_ENV or _JOB_RE.fullmatch(value)):
         return value
     raise Invalid(f'must be a Slurm job id such as 12345, or "env" (this shell\'s '
-                  f"SLURM_JOB_ID), not {show(value)}.")
+                  f"SLURM_JOB_ID), not {kind(value)}.")
 
 
 JOB = Check(_job, {"type": ["string", "integer"], "pattern": r"^(env|\d+(_\d+)?)$"},

@@ -11,6 +11,7 @@ import sys
 from typing import TextIO
 
 from ddptui.diagnose import Diagnosis
+from ddptui.diagnose.diagnosis import Cause
 from ddptui.diagnose.signatures import is_harmless, own_cause
 from ddptui.events import (
     Failure,
@@ -129,10 +130,13 @@ def failure_report(store: Store, result: RunResult, tail: int = 15, run_id: str 
                     out.extend(f"    {ln.text}" for ln in lines)
     views = {n.name: n for n in store.node_views()}
     stopped = {name for name, v in views.items() if v.status is NodeStatus.STOPPED}
+    # a node given up because Slurm ended the job holds nothing more: it is not "lost"
+    said_how = {NodeStatus.FAILED} | ({NodeStatus.LOST} if result.diagnosis is not None and
+                                      result.diagnosis.cause is Cause.SLURM_JOB_ENDED else set())
     for node, code in result.node_exit_codes.items():
         if code not in (0, None) and not any(f.node == node for f in failures):
             out.append(f"ddptui: node {node} exited with code {code}")
-        elif code is None and node in views and views[node].status is NodeStatus.FAILED:
+        elif code is None and node in views and views[node].status in said_how:
             out.append(f"ddptui: node {node}: {views[node].detail}")  # ended, and said how
         elif code is None and not result.stopped and node not in stopped:
             again = f" `ddptui attach {run_id}` follows it again." if run_id else ""

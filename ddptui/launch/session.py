@@ -265,8 +265,8 @@ class Session:
         lost = [n for n, f in self._finished.items() if f.status is NodeStatus.LOST]
         for n in lost:  # the connection of a node given up by a stop may be blocked as well
             self.pool.drop(n)
-        self.reaper = reap([n for n in lost if n in self.recorder.nodes()], self.config,
-                           self.run_id, self.stopper, self.recorder,  # before the result
+        self.reaper = reap([n for n in lost if n in self.recorder.nodes() and not self.job.gone],
+                           self.config, self.run_id, self.stopper, self.recorder,  # first
                            lambda n, t: fetch_into(self.store, self._followers[n], t))
         codes = {n: f.exit_code for n, f in self._finished.items()}
         self.result = RunResult(code, failures, codes, stopped, found, self.faults.text())

@@ -77,6 +77,8 @@ def resolve(config: HostsConfig, job: str | None = None, *, say: Say = lambda _:
         owned = True
     try:
         info = wait_running(job, owned)
+        if owned:
+            say(queued_line(info))  # granted, on which nodes
         return with_nodes(config, dataclasses.replace(slurm, job=job, owned=owned), info)
     except BaseException:
         if owned and not slurm.keep:

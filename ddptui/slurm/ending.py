@@ -48,10 +48,9 @@ def job_ended(config: HostsConfig, found: Diagnosis | None) -> Diagnosis | None:
     d = Diagnosis(Cause.SLURM_JOB_ENDED, f"Slurm job {job} {what}: the run could not go on.",
                   what, advice or "start the run again in a new allocation",
                   evidence=[f"[slurm] JobId={job} JobState={info.state} Reason={info.reason}"])
-    if found is not None:
-        d.details = {n: [*lines] for n, lines in found.details.items()}
-        d.details.setdefault(found.node or "run", []).insert(
-            0, f"{found.headline} (a consequence)")
+    if found is not None:  # what the ranks and nodes then said follows from it
+        d.details = {n: [ln.replace("(the cause)", "(a consequence)") for ln in lines]
+                     for n, lines in found.details.items()}
     return d
 
 
@@ -89,6 +88,8 @@ class JobWatch:
                  ended: Callable[[str], None], every: float = EVERY_S) -> None:
         self.job, self.show, self.ended, self.every = job, show, ended, every
         self._said = ""
+        #: Slurm ended the job: nothing of the run can be left on its nodes to seek.
+        self.gone = False
 
     @classmethod
     def of(cls, config: HostsConfig, store: _RunInfo, followers: Mapping[str, _Followed]
@@ -123,6 +124,7 @@ class JobWatch:
         while not done.wait(self.every):
             info = self.look()
             if info is not None and not info.running and not info.pending:
+                self.gone = True
                 what = ENDED.get(info.state, f"ended ({info.state})").split("; ")[0]
                 self.ended(f"Slurm job {self.job} {what} (JobState={info.state}, "
                            f"Reason={info.reason})")

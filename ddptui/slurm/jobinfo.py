@@ -24,7 +24,8 @@ ENDED: dict[str, str] = {
     "PREEMPTED": "was preempted by a job of higher priority; run it again, or in a partition "
                  "or QOS that is not preemptible",
     "BOOT_FAIL": "failed to boot its nodes (BOOT_FAIL); ask your administrators",
-    "DEADLINE": "passed its deadline and Slurm ended it",
+    "DEADLINE": "passed its deadline (`--deadline`) and Slurm ended it; give it a later one "
+                "or ask for less time",
     "OUT_OF_MEMORY": "was ended by Slurm for using more memory than it asked for; ask for "
                      "more (`--mem`)",
     "COMPLETED": "has ended (its time or its last step)",
@@ -143,6 +144,12 @@ def pending_words(reason: str) -> str:
         "ReqNodeNotAvail": "a node it needs is unavailable (down, drained or reserved)",
         "PartitionTimeLimit": "its time limit is above the partition's; it will never start",
         "BeginTime": "its start time has not come",
+        "PartitionDown": "its partition is down; it starts once the partition is up again",
+        "PartitionInactive": "its partition takes no jobs now",
+        "JobHeldUser": "it is held; `scontrol release JOB` lets it go",
+        "JobHeldAdmin": "an administrator holds it",
+        "Reservation": "it waits for its reservation to start",
+        "NodeDown": "a node it needs is down",
         "None": "Slurm has not looked at it yet",
     }.get(reason, "Slurm holds it")
 

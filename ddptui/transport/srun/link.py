@@ -101,7 +101,7 @@ class AgentLink:
         """What srun said on its way out, if anything (its last lines); ``wait``: for the
         rest of it, once it is ending."""
         self._stderr_done.wait(wait)
-        return b"".join(self.stderr).decode("utf-8", "replace").strip()[-600:]
+        return " ".join(b"".join(self.stderr).decode("utf-8", "replace").split())[-600:]
 
     def _read(self) -> None:
         out = self.proc.stdout

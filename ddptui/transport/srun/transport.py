@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+import threading
 import time
 from collections.abc import Iterable
 
@@ -64,7 +65,7 @@ class SrunTransport:
         if not link.ready.wait(timeout) or link.closed.is_set():
             link.close(wait=1.0)
             said = link.complaint(wait=2.0)
-            why = (f"srun said: {' '.join(said.split())}" if said else
+            why = (f"srun said: {said}" if said else
                    f"no answer within {timeout:g} s (is the job still running? `squeue -j "
                    f"{self.job}`)")
             raise TransportError(self.node, f"{self.node}: could not start ddptui's step on "
@@ -100,14 +101,15 @@ class SrunTransport:
                  on_output: OnOutput | None) -> tuple[bytes, bytes, int]:
         ch = self._open(command, stdin is not None)
         deadline = time.monotonic() + timeout
+        fed: list[BaseException] = []  # what feeding stdin raised, raised here
+        if stdin is not None:  # fed beside the reading: a sync's stdin waits on its output
+            threading.Thread(target=_feed, args=(ch, stdin, fed), daemon=True,
+                             name="ddptui-srun-stdin").start()
         try:
-            if stdin is not None:
-                for chunk in stdin:
-                    if chunk:
-                        ch.send(chunk)
-                ch.eof()
             out, err = bytearray(), bytearray()
             while True:
+                if fed:
+                    raise fed[0]
                 left = deadline - time.monotonic()
                 if left <= 0:
                     ch.kill()
@@ -125,6 +127,8 @@ class SrunTransport:
                     if on_output is not None:
                         on_output(data, kind == frames.STDERR)
                 elif kind == frames.EXIT:
+                    if fed:  # the command ended because its stdin failed
+                        raise fed[0]
                     return bytes(out), bytes(err), int(data)
                 elif kind == frames.FAILED:
                     raise TransportError(self.node, f"{self.node}: cannot run sh there: "
@@ -192,6 +196,17 @@ class SrunTransport:
 
     def __repr__(self) -> str:
         return f"SrunTransport({self.node!r}, job {self.job})"
+
+
+def _feed(ch: Channel, stdin: Iterable[bytes], fed: list[BaseException]) -> None:
+    try:
+        for chunk in stdin:
+            if chunk:
+                ch.send(chunk)
+        ch.eof()
+    except BaseException as e:
+        fed.append(e)
+        ch.kill()
 
 
 class StepCommand:

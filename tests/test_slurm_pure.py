@@ -1,0 +1,151 @@
+"""The Slurm pieces that need no cluster: what ``scontrol`` says (recorded from the test
+cluster's real Slurm 22.05, tests/data/slurm/), ddptui's words for a job's states, the
+hosts file's `slurm:` section, and the salloc options made of it."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from ddptui.config import ConfigError, HostsConfig, parse_config
+from ddptui.config.slurm import SlurmConfig
+from ddptui.slurm.allocation import request_options
+from ddptui.slurm.ending import describe
+from ddptui.slurm.jobinfo import (
+    ENDED,
+    node_addresses,
+    not_usable,
+    parse_job,
+    pending_words,
+    time_left,
+)
+
+DATA = Path(__file__).parent / "data" / "slurm"
+
+
+def job(name: str, **changes: object):
+    return dataclasses.replace(parse_job((DATA / name).read_text()), **changes)
+
+
+def test_a_running_allocation_as_scontrol_shows_it() -> None:
+    info = job("job-running.txt")
+    assert (info.job_id, info.state, info.node_list, info.num_nodes) == ("1", "RUNNING",
+                                                                         "sn[1-2]", 2)
+    assert (info.user_id, info.partition, info.time_limit) == (0, "debug", "01:00:00")
+    assert info.running and not info.pending
+    assert info.slots() == 2  # salloc --ntasks-per-node=2
+
+
+def test_slots_are_gpus_first_then_tasks_then_nothing() -> None:
+    # the running record with a GPU request added as 22.05 writes it (TresPerNode=gres:gpu:8)
+    text = (DATA / "job-running.txt").read_text().replace(" TRES=", " TresPerNode=gres:gpu:8 TRES=")
+    assert parse_job(text).slots() == 8
+    per_job = (DATA / "job-running.txt").read_text().replace("billing=4", "billing=4,gres/gpu=8")
+    assert parse_job(per_job).slots() == 4  # 8 GPUs over 2 nodes
+    plain = (DATA / "job-running.txt").read_text().replace("NumTasks=4", "NumTasks=2").replace(
+        "NtasksPerN:B:S:C=2", "NtasksPerN:B:S:C=0")
+    assert parse_job(plain).slots() is None  # salloc -N2: the nodes' own count decides
+
+
+def test_node_addresses_are_slurms_own() -> None:
+    assert node_addresses((DATA / "nodes.txt").read_text()) == {"sn1": "10.213.1.2",
+                                                                 "sn2": "10.213.1.3"}
+
+
+def test_why_an_allocation_cannot_be_used_names_it() -> None:
+    assert not_usable(job("job-running.txt"), 0) is None
+    other = not_usable(job("job-running.txt"), 1000)
+    assert other == ("Slurm job 1 belongs to root, not to you; ddptui runs only in your own "
+                     "allocations.")
+    pending = not_usable(job("job-pending.txt"), 0)
+    assert pending is not None and "still waiting for its nodes (PENDING, reason " \
+        "PartitionDown)" in pending and "squeue -j 2" in pending
+    ended = not_usable(job("job-cancelled.txt"), 0)
+    assert ended is not None and ended.startswith("Slurm job 1 was cancelled")
+    assert "no nodes to run on" in ended
+
+
+@pytest.mark.parametrize("state", sorted(ENDED))
+def test_every_end_has_words_and_most_an_action(state: str) -> None:
+    words = ENDED[state]
+    assert words[0].islower() and not words.endswith(".")
+    if state not in ("COMPLETED", "FAILED", "CANCELLED"):
+        assert "; " in words  # what happened; what to do
+
+
+def test_pending_reasons_are_said_plainly() -> None:
+    assert pending_words("Priority") == "jobs of higher priority are ahead of it"
+    assert pending_words("Resources") == "it waits for nodes to become free"
+    assert pending_words("SomethingNew") == "Slurm holds it"
+
+
+def test_time_left_and_the_header_line() -> None:
+    info = job("job-running.txt")
+    assert time_left(info, "2026-11-25T21:40:20") == "01:00:00"
+    assert time_left(info, "2026-11-26T23:00:00") == "00:00:00"
+    assert time_left(dataclasses.replace(info, end_time="Unknown"), "2026-11-25T21:40:20") \
+        is None
+    assert describe(info, "2026-11-25T22:10:00") == "slurm 1 RUNNING 00:30:20 left"
+    assert describe(job("job-cancelled.txt"), "2026-11-25T22:10:00") == "slurm 1 CANCELLED"
+    long = dataclasses.replace(info, end_time="2026-11-28T00:00:00")
+    assert time_left(long, "2026-11-25T21:40:20") == "2-02:19:40"
+
+
+def parse(text: str) -> HostsConfig:
+    return parse_config(text, "/cfg/hosts.yaml")
+
+
+def problems(text: str) -> list[str]:
+    with pytest.raises(ConfigError) as e:
+        parse(text)
+    return [str(p) for p in e.value.problems]
+
+
+def test_the_section_makes_a_template_from_defaults() -> None:
+    cfg = parse("defaults: {nproc_per_node: 2, env: {A: 1}, python: /v/bin/python}\n"
+                "slurm: {job: 4242}\n")
+    assert cfg.nodes == () and cfg.slurm is not None and cfg.slurm.job == "4242"
+    t = cfg.slurm.template
+    assert (t.transport, t.nproc_per_node, t.python, dict(t.env)) == ("srun", 2, "/v/bin/python",
+                                                                      {"A": "1"})
+    assert HostsConfig.from_dict(cfg.to_dict()) == cfg  # run.json keeps it exactly
+    assert parse("slurm: {job: env}\n").slurm.job == "env"  # type: ignore[union-attr]
+    ssh = parse("defaults: {transport: ssh}\nslurm: {nodes: 2, partition: gpu, keep: true}\n")
+    assert ssh.slurm is not None and ssh.slurm.template.transport == "ssh" and ssh.slurm.asks
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("slurm: {job: 12, partition: gpu}\n",
+     "/cfg/hosts.yaml:1: slurm.partition: is for an allocation ddptui asks for; with `job:` "
+     "the allocation you hold is used as it is. Remove one of them."),
+    ("slurm: {time: '1:00:00'}\n",
+     "/cfg/hosts.yaml:1: slurm: needs `job:` (an allocation you hold, or `env`) or `nodes:` "
+     "(how many to ask for)."),
+    ("slurm: {job: 12}\nnodes: [a]\n",
+     "/cfg/hosts.yaml:2: nodes: cannot be given with `slurm:`; the nodes come from the "
+     "allocation. Remove one of them."),
+    ("slurm: {job: 'twelve'}\n",
+     "/cfg/hosts.yaml:1: slurm.job: must be a Slurm job id such as 12345, or \"env\" (this "
+     "shell's SLURM_JOB_ID), not the string 'twelve'."),
+    ("defaults: {transport: local}\nslurm: {job: 1}\n",
+     "/cfg/hosts.yaml:1: defaults.transport: `local` cannot reach the nodes of a Slurm "
+     "allocation; use `srun` (the default) or `ssh`."),
+    ("nodes: [{host: a, transport: srun}]\n",
+     "/cfg/hosts.yaml:1: transport: `srun` reaches the nodes of a Slurm allocation; add a "
+     "`slurm:` section and leave out `nodes:`."),
+    ("slurm: {nodes: 0}\n", "/cfg/hosts.yaml:1: slurm.nodes: must be a whole number of at "
+                            "least 1, not the number 0."),
+])
+def test_mistakes_in_the_section_name_line_and_field(text: str, expected: str) -> None:
+    assert expected in problems(text)
+
+
+def test_salloc_options_from_the_section() -> None:
+    s = SlurmConfig(partition="gpu", nodes=4, gpus_per_node=8, time="02:00:00", account="ml",
+                    options=("--qos=high", "--constraint=a100"))
+    assert request_options(s) == ["--nodes=4", "--partition=gpu", "--gpus-per-node=8",
+                                  "--time=02:00:00", "--account=ml", "--qos=high",
+                                  "--constraint=a100"]
+    assert request_options(SlurmConfig(nodes=1)) == ["--nodes=1"]

@@ -1,0 +1,202 @@
+"""Runs on a real Slurm cluster (tests/slurmcluster.py: slurmctld, one slurmd per namespace
+host, no sshd): a user's project 2 nodes x 2 processes inside an allocation, stopped, its
+allocation cancelled under it, and allocations ddptui asks for itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from jobs import marked_pids, run_id_of
+from slurmcluster import SlurmCluster
+
+pytestmark = [pytest.mark.cluster, pytest.mark.torchrun]
+
+TRAIN = '''
+import os, socket, sys, time
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+r = dist.get_rank()
+print(f"rank {r} on {socket.gethostname()} job={os.environ.get('SLURM_JOB_ID')} "
+      f"procid={os.environ.get('SLURM_PROCID')}", flush=True)
+t = torch.ones(1)
+for step in range(1, int(os.environ["STEPS"]) + 1):
+    dist.all_reduce(t)
+    print(f"step {step} loss {1.0 / step:.4f}", flush=True)
+    time.sleep(float(os.environ.get("DELAY", "0")))
+dist.destroy_process_group()
+'''
+STEP_RE = re.compile(r"^\[(sn\d) r(\d)\] step (\d+) loss ", re.M)
+
+
+def hosts(c: SlurmCluster, tmp: Path, slurm: dict[str, Any], steps: int, delay: float = 0,
+          **health: Any) -> Path:
+    (tmp / "proj").mkdir(exist_ok=True)
+    (tmp / "proj" / "train.py").write_text(TRAIN)
+    d = {"defaults": {"python": sys.executable, "nproc_per_node": 2, "workdir": str(tmp / "w"),
+                      "env": {"STEPS": steps, "DELAY": delay, "OMP_NUM_THREADS": 1}},
+         "slurm": slurm, "job": {"script": "proj/train.py", "stop_grace": 3},
+         **({"health": health} if health else {})}
+    path = tmp / "hosts.yaml"
+    path.write_text(yaml.safe_dump(d, sort_keys=False))
+    return path
+
+
+def ddptui(c: SlurmCluster, tmp: Path, *args: str, timeout: float = 180
+           ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ddptui.cli", "--state-dir", str(tmp / "state"),
+                           *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **c.env})
+
+
+def spawn(c: SlurmCluster, tmp: Path, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
+    out = tmp / "out.txt"
+    with open(out, "wb") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "ddptui.cli", "--state-dir",
+                                 str(tmp / "state"), *args], stdout=f, stderr=subprocess.STDOUT,
+                                env={**os.environ, **c.env})
+    return proc, out
+
+
+def wait_for(path: Path, pattern: str, proc: subprocess.Popen[bytes], timeout: float = 120
+             ) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = path.read_text(errors="replace")
+        if re.search(pattern, text, re.M):
+            return text
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError(f"no {pattern!r} in:\n{path.read_text(errors='replace')[-4000:]}")
+
+
+def nothing_left(c: SlurmCluster, job: str, run_id: str) -> None:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and marked_pids(run_id):
+        time.sleep(0.2)
+    assert marked_pids(run_id) == []
+    steps = [s for s in c.run(["squeue", "-h", "-s", "-j", job, "-o", "%i %j"],
+                              check=False).stdout.splitlines() if "ddptui" in s]
+    assert steps == []
+
+
+def test_a_project_runs_in_an_allocation_every_step_once(slurm_cluster: SlurmCluster,
+                                                        tmp_path: Path) -> None:
+    c = slurm_cluster
+    job = c.salloc(2)
+    try:
+        res = ddptui(c, tmp_path, "run", str(hosts(c, tmp_path, {"job": job}, 6)),
+                     "--headless")
+        out = res.stdout
+        assert res.returncode == 0, out[-4000:] + res.stderr
+        # every rank's every step once, each rank on the node Slurm placed it on
+        assert Counter((n, int(r), int(s)) for n, r, s in STEP_RE.findall(out)) == Counter(
+            (f"sn{1 + r // 2}", r, s) for r in range(4) for s in range(1, 7))
+        for r in range(4):  # in the job, and not taken for a task of it (torchrun's ranks)
+            assert f"rank {r} on sn{1 + r // 2} job={job} procid=None" in out
+        meta = json.loads((tmp_path / "state" / "runs" / run_id_of(out) / "run.json")
+                          .read_text())
+        assert meta["config"]["slurm"]["job"] == job and not meta["config"]["slurm"]["owned"]
+        assert [n["addr"] for n in meta["config"]["nodes"]] == [c.addresses["sn1"],
+                                                                c.addresses["sn2"]]
+        nothing_left(c, job, run_id_of(out))
+        assert c.state(job) == "RUNNING"  # the allocation is the user's: left alone
+    finally:
+        c.scancel(job)
+
+
+def test_a_stop_mid_run_leaves_nothing_and_the_allocation_alive(slurm_cluster: SlurmCluster,
+                                                               tmp_path: Path) -> None:
+    c = slurm_cluster
+    job = c.salloc(2)
+    try:
+        proc, out = spawn(c, tmp_path, "run", str(hosts(c, tmp_path, {"job": job}, 500, 0.2)),
+                          "--headless")
+        text = wait_for(out, r"^\[sn2 r3\] step 3 ", proc)
+        run_id = run_id_of(text)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 130, out.read_text()[-3000:]
+        assert time.monotonic() - t0 < 15
+        nothing_left(c, job, run_id)
+        assert c.state(job) == "RUNNING"
+        assert "stopped" in out.read_text()
+    finally:
+        c.scancel(job)
+
+
+def test_scancel_of_the_allocation_is_named_and_leaves_nothing(slurm_cluster: SlurmCluster,
+                                                              tmp_path: Path) -> None:
+    c = slurm_cluster
+    job = c.salloc(2)
+    proc, out = spawn(c, tmp_path, "run", str(hosts(c, tmp_path, {"job": job}, 500, 0.2)),
+                      "--headless")
+    text = wait_for(out, r"^\[sn1 r0\] step 3 ", proc)
+    c.scancel(job)
+    code = proc.wait(90)
+    text = out.read_text()
+    assert code != 0, text[-3000:]
+    assert f"ddptui: Slurm job {job} was cancelled (scancel, or an administrator)" in text, \
+        text[-3000:]
+    nothing_left(c, job, run_id_of(text))
+
+
+def test_ddptui_asks_for_an_allocation_shows_it_queued_and_gives_it_back(
+        slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    c = slurm_cluster
+    c.run(["scontrol", "update", f"PartitionName={c.partition}", "State=DOWN"])
+    try:
+        proc, out = spawn(c, tmp_path, "run", str(hosts(
+            c, tmp_path, {"nodes": 2, "partition": c.partition, "time": "00:10:00"}, 4)),
+            "--headless")
+        queued = wait_for(out, r"is queued \(PENDING, reason PartitionDown", proc, 30)
+        job = re.search(r"Slurm job (\d+) is queued", queued).group(1)  # type: ignore[union-attr]
+    finally:
+        c.run(["scontrol", "update", f"PartitionName={c.partition}", "State=UP"])
+    assert proc.wait(120) == 0, out.read_text()[-4000:]
+    text = out.read_text()
+    assert f"Slurm job {job} granted on sn[1-2]" in text
+    assert len(STEP_RE.findall(text)) == 16
+    assert c.squeue() == []  # given back
+    meta = json.loads((tmp_path / "state" / "runs" / run_id_of(text) / "run.json").read_text())
+    assert meta["config"]["slurm"]["owned"] is True
+    assert meta["slurm"] == f"gave back Slurm job {job} (ddptui asked for it for this run)"
+
+
+def test_a_request_slurm_refuses_is_exit_2_with_its_reason(slurm_cluster: SlurmCluster,
+                                                          tmp_path: Path) -> None:
+    c = slurm_cluster
+    res = ddptui(c, tmp_path, "run", str(hosts(c, tmp_path, {"nodes": 2, "partition": "nope"},
+                                                2)), "--headless", timeout=60)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "ddptui: Slurm refused the allocation ddptui asked for (`salloc --no-shell " \
+           "--job-name=ddptui --nodes=2 --partition=nope`, exit code 1); change the `slurm:` " \
+           "section. Slurm said: " in res.stderr
+    assert "invalid partition specified: nope" in res.stderr
+    assert "Nothing was started." in res.stderr
+    assert c.squeue() == [] and not (tmp_path / "w").exists()
+
+
+def test_a_job_that_is_not_there_is_named(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    c = slurm_cluster
+    path = hosts(c, tmp_path, {"job": "env"}, 2)
+    res = ddptui(c, tmp_path, "run", str(path), "--headless", "--slurm-job", "999999")
+    assert res.returncode == 2
+    assert res.stderr.startswith("ddptui: Slurm has no job 999999: it never existed, or it "
+                                 "ended long enough ago to be forgotten; `squeue --me` lists "
+                                 "yours. Nothing was started."), res.stderr
+    res = ddptui(c, tmp_path, "check", str(path))  # `env`, outside any allocation
+    assert res.returncode == 2
+    assert "SLURM_JOB_ID is not set here" in res.stderr

@@ -120,7 +120,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="with --metrics: CSV with a header line")
     lg.add_argument("--check", action="store_true",
                     help="ask the nodes of runs whose controller is gone what is left of "
-                         "them, and record it")
+                         "them, and record it; with RUN_ID, also record a diagnosis made "
+                         "again from its stored logs when run.json holds none")
 
     sub.add_parser("schema", help="print the hosts file's JSON Schema (for editors and CI)")
 

@@ -172,6 +172,8 @@ GROWN_SINCE = {
     "the node's tee says when a rank ends with exit code 0 (torchrun logs failures only)": 38,
     "preflight in the ranks' environment beside a bare login, and the env: name at fault "
     "(rank_env.py, issue 25)": 243,
+    "a failed run's diagnosis made again from its stored logs for `ddptui logs` "
+    "(hindsight.py, issue 25)": 172,
 }
 
 

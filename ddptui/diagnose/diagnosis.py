@@ -79,3 +79,16 @@ class Diagnosis:
             "evidence": list(self.evidence),
             "details": {node: list(lines) for node, lines in self.details.items()},
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Diagnosis:
+        """Back from ``run.json``, for ``ddptui logs``; a record it cannot read raises
+        ``ValueError`` (an unknown cause, a missing field), so the caller diagnoses anew."""
+        try:
+            return cls(Cause(data["cause"]), str(data["headline"]), str(data["what"]),
+                       str(data["advice"]), data.get("node"), data.get("rank"),
+                       data.get("time"), [str(s) for s in data.get("evidence") or []],
+                       {str(n): [str(s) for s in lines]
+                        for n, lines in (data.get("details") or {}).items()})
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"run.json's diagnosis cannot be read: {e!r}") from None

@@ -5,12 +5,19 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from ddptui.events import LogLine, Metric
 from ddptui.nodelog import NodeLogParser
 from ddptui.store import rundir
-from ddptui.store.runs import NODE_FILES_REMOVED, RunSummary, no_run, read_run, state_root
+from ddptui.store.runs import (
+    NODE_FILES_REMOVED,
+    RunSummary,
+    no_run,
+    read_run,
+    state_root,
+    summary_of,
+)
 
 
 def _age(t: float | None) -> str:
@@ -60,6 +67,8 @@ def show_logs(root: Path | None, run_id: str | None, *, rank: int | None = None,
     d = rundir.run_dir(base, run_id)
     try:
         meta = read_run(base, run_id)
+        if check:
+            meta = check_one(base, run_id, meta, out)
     except (OSError, ValueError):
         sys.stderr.write(f"ddptui: {no_run(base, run_id)}\n")
         return 2
@@ -94,7 +103,34 @@ def show_logs(root: Path | None, run_id: str | None, *, rank: int | None = None,
                     line = ev.as_line() if isinstance(ev, Metric) else ev
                     if isinstance(line, LogLine):
                         out.write(format_line(line) + "\n")
+    if node is None:  # the whole run's view ends as the headless face's summary begins
+        show_diagnosis(d, meta, record=check, out=out)
     return 0
+
+
+def check_one(base: Path, run_id: str, meta: dict[str, Any], out: TextIO) -> dict[str, Any]:
+    """``ddptui logs RUN_ID --check``: a stale run settled as in the listing (from local
+    facts, else by asking its nodes); its ``run.json`` as it is then."""
+    from ddptui.launch.reconcile import settle_locally
+
+    run = settle_locally(base, summary_of(rundir.run_dir(base, run_id), meta))
+    if run.stale:
+        check_stale(base, [run], out)
+    return read_run(base, run_id)
+
+
+def show_diagnosis(run_dir: Path, meta: dict[str, Any], *, record: bool, out: TextIO) -> None:
+    """A failed run's diagnosis, in the headless face's words: the one ``run.json`` holds,
+    else one made again from the stored logs (``record``: and kept there)."""
+    from ddptui.faces.headless import diagnosis_report
+    from ddptui.launch.hindsight import run_diagnosis
+
+    found, why_not = run_diagnosis(run_dir, meta, record=record)
+    if found is not None:
+        out.write("\n".join(diagnosis_report(found)) + "\n")
+    elif why_not is not None:
+        sys.stderr.write(f"ddptui: run {meta.get('run_id', run_dir.name)} could not be "
+                         f"diagnosed from its stored logs: {why_not}\n")
 
 
 def _run_file(root: Path | None, run_id: str, name: str, what: str, why: str) -> Path | None:

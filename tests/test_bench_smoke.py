@@ -7,6 +7,7 @@ fails is a benchmark that crashes, loses or repeats a line, or leaves a process 
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -61,3 +62,9 @@ def test_ingest_bench_small() -> None:
 def test_preflight_bench_one_host() -> None:
     out = bench("preflight.py", "--sizes", "1", "--rounds", "1")
     assert "connect+probe" in out and "found problems" not in out
+
+
+def test_slurm_launch_bench_one_node() -> None:
+    out = bench("slurm_launch.py", "--sizes", "1", "--rounds", "1")
+    assert "srun torchrun" in out and re.search(r"^\s+1\s+2\s+[\d.]+s\s+[\d.]+s\s+[\d.]+x", out,
+                                                 re.M), out[-2000:]

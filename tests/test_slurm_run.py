@@ -200,3 +200,28 @@ def test_a_job_that_is_not_there_is_named(slurm_cluster: SlurmCluster, tmp_path:
     res = ddptui(c, tmp_path, "check", str(path))  # `env`, outside any allocation
     assert res.returncode == 2
     assert "SLURM_JOB_ID is not set here" in res.stderr
+
+
+def test_attach_follows_a_slurm_run_after_its_controller_died(slurm_cluster: SlurmCluster,
+                                                              tmp_path: Path) -> None:
+    """ddptui killed mid-run: the run's own steps go on (their srun was let go), and attach
+    reaches the nodes through new agent steps and follows the run to its end, every step of
+    every rank once."""
+    c = slurm_cluster
+    job = c.salloc(2)
+    try:
+        proc, out = spawn(c, tmp_path, "run", str(hosts(c, tmp_path, {"job": job}, 25, 0.2)),
+                          "--headless")
+        run_id = run_id_of(wait_for(out, r"^\[sn2 r3\] step 3 ", proc))
+        proc.kill()
+        proc.wait(10)
+        res = ddptui(c, tmp_path, "attach", run_id, "--headless", timeout=120)
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr
+        assert f"ddptui: run {run_id} finished, exit code 0" in res.stdout
+        for r in range(4):
+            logs = ddptui(c, tmp_path, "logs", run_id, "--rank", str(r)).stdout
+            assert [int(s) for s in re.findall(r"step (\d+) loss", logs)] == list(range(1, 26))
+        nothing_left(c, job, run_id)
+        assert c.state(job) == "RUNNING"
+    finally:
+        c.scancel(job)

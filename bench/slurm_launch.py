@@ -84,7 +84,8 @@ def main() -> int:
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="ddptui-bench-slurm-"))
-    script = work / "hello.py"
+    (work / "project").mkdir()
+    script = work / "project" / "hello.py"  # the project ddptui ships: this file alone
     script.write_text(SCRIPT)
     met = True
     with SlurmCluster(work / "cluster", max(sizes)) as c:

@@ -149,3 +149,14 @@ def test_salloc_options_from_the_section() -> None:
                                   "--time=02:00:00", "--account=ml", "--qos=high",
                                   "--constraint=a100"]
     assert request_options(SlurmConfig(nodes=1)) == ["--nodes=1"]
+
+
+def test_run_lists_name_the_allocation(tmp_path: Path) -> None:
+    from ddptui.store.runs import summary_of
+    from ddptui.tui.screens.run_picker import run_label
+
+    data = {"run_id": "r1", "status": "finished", "nodes": [{"name": "sn1"}, {"name": "sn2"}],
+            "config": {"slurm": {"job": "77"}}}
+    s = summary_of(tmp_path, data)
+    assert s.where == "slurm 77: sn1,sn2" and "slurm 77: sn1,sn2" in run_label(s)
+    assert summary_of(tmp_path, {**data, "config": {}}).where == "sn1,sn2"

@@ -58,7 +58,7 @@ def show_logs(root: Path | None, run_id: str | None, *, rank: int | None = None,
             world = "" if r.world_size is None else str(r.world_size)
             gone = "  (node files removed)" if r.node_files_removed else ""
             out.write(f"{r.run_id:<24} {_age(r.started_at):<19} {r.shown_status:<9} "
-                      f"{code:>4} {world:>5}  {','.join(r.nodes)}{gone}\n")
+                      f"{code:>4} {world:>5}  {r.where}{gone}\n")
         if any(r.stale for r in runs):
             out.write("?: the run's controller is gone and its end was not recorded; "
                       "`ddptui logs --check` asks its nodes, `ddptui attach RUN_ID` follows "

@@ -77,6 +77,12 @@ class RunSummary:
     stale: bool = False  # run.json says live, but its controller is gone (or unknown)
     alive_at_check: bool = False  # the last `ddptui logs --check` found processes running
     node_files_removed: bool = False  # `ddptui clean` removed (or found gone) its node dirs
+    slurm_job: str | None = None  # the Slurm allocation its nodes came from
+
+    @property
+    def where(self) -> str:
+        """Its nodes as lists show them, after the Slurm job they were allocated in."""
+        return (f"slurm {self.slurm_job}: " if self.slurm_job else "") + ",".join(self.nodes)
 
     @property
     def shown_status(self) -> str:
@@ -118,6 +124,7 @@ def summary_of(d: Path, data: dict[str, Any]) -> RunSummary:
         stale=stale,
         alive_at_check=stale and isinstance(checked, dict) and bool(checked.get("alive")),
         node_files_removed=NODE_FILES_REMOVED in data,
+        slurm_job=(data.get("config", {}).get("slurm") or {}).get("job"),
     )
 
 

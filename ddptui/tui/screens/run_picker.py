@@ -47,7 +47,7 @@ class Pick:
 def run_label(run: RunSummary, compared: bool = False) -> str:
     started = run.started_at
     when = "-" if not started else time.strftime("%Y-%m-%d %H:%M", time.localtime(started))
-    nodes = ",".join(run.nodes)
+    nodes = run.where
     if len(nodes) > 24:
         nodes = nodes[:23] + "…"
     mark = COMPARED if compared else ""

@@ -5,6 +5,11 @@ OpenSSH sshd, from :mod:`tests.cluster`. They skip only on a developer machine w
 (``CI`` unset); in CI, or as root, a cluster that cannot be built is a failure, not a skip.
 
 Slurm fixtures: a real slurmctld and one slurmd per node, from :mod:`tests.slurmcluster`.
+
+Two workers (pytest-xdist, ``-n 2 --dist loadgroup`` in pyproject.toml): each test file runs
+whole on one worker (its module fixtures, a cluster, are built once), and the files that run
+the demo (hosts.example.yaml: 127.0.0.1:29400, ``~/.ddptui-demo``) share one worker, so they
+never run at the same moment.
 """
 
 from __future__ import annotations
@@ -20,6 +25,18 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from cluster import Cluster, ClusterFactory, environment_problem
 from slurmcluster import SlurmCluster, missing_tools
+
+# -- workers --------------------------------------------------------------------------------
+
+#: Test files that launch the demo as shipped; one at a time.
+DEMO_FILES = frozenset({"test_local_run.py", "test_tui_e2e.py", "test_tui_tmux.py"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        name = item.path.name
+        item.add_marker(pytest.mark.xdist_group("demo" if name in DEMO_FILES else name))
+
 
 # -- cluster --------------------------------------------------------------------------------
 

@@ -160,3 +160,26 @@ def test_run_lists_name_the_allocation(tmp_path: Path) -> None:
     s = summary_of(tmp_path, data)
     assert s.where == "slurm 77: sn1,sn2" and "slurm 77: sn1,sn2" in run_label(s)
     assert summary_of(tmp_path, {**data, "config": {}}).where == "sn1,sn2"
+
+
+@pytest.mark.parametrize(("state", "reason", "words"), [
+    ("TIMEOUT", "TimeLimit", "reached its time limit and Slurm ended it"),
+    ("NODE_FAIL", "NodeDown", "lost a node, which Slurm reported as failed (NODE_FAIL)"),
+    ("PREEMPTED", "None", "was preempted by a job of higher priority"),
+    ("CANCELLED", "None", "was cancelled (scancel, or an administrator)"),
+])
+def test_a_job_slurm_ended_is_the_cause_and_the_rest_its_consequences(
+        state: str, reason: str, words: str) -> None:
+    """The recorded cancelled job with its state as Slurm writes each other end."""
+    from ddptui.diagnose.diagnosis import Cause, Diagnosis
+    from ddptui.slurm.ending import ended_diagnosis
+
+    info = job("job-cancelled.txt", state=state, reason=reason)
+    lost = Diagnosis(Cause.NODE_LOST, "node sn1 was lost", "lost", "check it",
+                     details={"sn1": ["node sn1 was lost (the cause)"]})
+    d = ended_diagnosis(info, lost)
+    assert d.cause is Cause.SLURM_JOB_ENDED
+    assert d.headline == f"Slurm job 1 {words}: the run could not go on."
+    assert d.evidence == [f"[slurm] JobId=1 JobState={state} Reason={reason}"]
+    assert d.details == {"sn1": ["node sn1 was lost (a consequence)"]}
+    assert d.advice and not d.advice[0].isupper()

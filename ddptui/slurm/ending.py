@@ -41,13 +41,18 @@ def job_ended(config: HostsConfig, found: Diagnosis | None) -> Diagnosis | None:
         info = client.show_job(job)
     except SlurmError:
         return None
-    if info.running:
-        return None
+    return None if info.running else ended_diagnosis(info, found)
+
+
+def ended_diagnosis(info: JobInfo, found: Diagnosis | None) -> Diagnosis:
+    """Slurm's reason as the cause; what the ranks and nodes then said, its consequences."""
     words = ENDED.get(info.state, f"ended ({info.state})")
     what, _, advice = words.partition("; ")
-    d = Diagnosis(Cause.SLURM_JOB_ENDED, f"Slurm job {job} {what}: the run could not go on.",
-                  what, advice or "start the run again in a new allocation",
-                  evidence=[f"[slurm] JobId={job} JobState={info.state} Reason={info.reason}"])
+    d = Diagnosis(Cause.SLURM_JOB_ENDED,
+                  f"Slurm job {info.job_id} {what}: the run could not go on.", what,
+                  advice or "start the run again in a new allocation",
+                  evidence=[f"[slurm] JobId={info.job_id} JobState={info.state} "
+                            f"Reason={info.reason}"])
     if found is not None:  # what the ranks and nodes then said follows from it
         d.details = {n: [ln.replace("(the cause)", "(a consequence)") for ln in lines]
                      for n, lines in found.details.items()}

@@ -195,6 +195,12 @@ async def test_launch_fills_header_table_log_and_chart() -> None:
         assert set(app.chart.plotted) == {0, 1, 2, 3}
         assert "fake-run" in str(app.header.render())
         assert "node_rank is only used" in "\n".join(app.log_view.lines)
+        c.store.set_run(scheduler="slurm 77 RUNNING 01:59:58 left")  # the job watch's word
+        for _ in range(30):  # the header follows the store at the table's pace
+            await pilot.pause(0.1)
+            if "slurm 77" in str(app.header.render()):
+                break
+        assert "slurm 77 RUNNING 01:59:58 left" in str(app.header.render())
 
 
 @sync

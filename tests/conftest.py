@@ -41,6 +41,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # -- cluster --------------------------------------------------------------------------------
 
 
+def close_all(made: list[Cluster] | list[SlurmCluster]) -> None:
+    """Tear down what a factory made, newest first; one bad teardown does not leak the rest."""
+    errors = []
+    for c in reversed(made):
+        try:
+            c.close()
+        except Exception as exc:
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+
+
+
 def _require_cluster_environment() -> None:
     """Skip only where a cluster is impossible by design (no root, not CI); else let it fail."""
     if os.geteuid() != 0 and not os.environ.get("CI"):
@@ -64,14 +77,7 @@ def cluster_factory(tmp_path: Path) -> Iterator[ClusterFactory]:
     try:
         yield make
     finally:
-        errors = []
-        for c in reversed(made):
-            try:
-                c.close()
-            except Exception as exc:  # collect, so one bad teardown does not leak the rest
-                errors.append(exc)
-        if errors:
-            raise errors[0]
+        close_all(made)
 
 
 @pytest.fixture(scope="module")
@@ -130,11 +136,4 @@ def slurm_cluster_factory(tmp_path: Path) -> Iterator[SlurmClusterFactory]:
     try:
         yield make
     finally:
-        errors = []
-        for c in reversed(made):
-            try:
-                c.close()
-            except Exception as exc:  # collect, so one bad teardown does not leak the rest
-                errors.append(exc)
-        if errors:
-            raise errors[0]
+        close_all(made)

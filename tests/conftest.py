@@ -32,6 +32,7 @@ from slurmcluster import SlurmCluster, missing_tools
 DEMO_FILES = frozenset({"test_local_run.py", "test_tui_e2e.py", "test_tui_tmux.py"})
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the test ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         name = item.path.name

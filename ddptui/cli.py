@@ -146,6 +146,7 @@ def _parser() -> argparse.ArgumentParser:
     cl.add_argument("--older-than", type=float, default=None, metavar="DAYS",
                     help="remove only finished runs that ended more than DAYS ago")
     cl.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
+    cl.add_argument("--slurm-job", default=None, metavar="JOB", help=_SLURM_JOB)
     cl.add_argument("--keep-logs", action="store_true",
                     help="remove node-side files only; keep the local logs (`ddptui logs` "
                          "marks them)")
@@ -344,9 +345,11 @@ def _clean(args: argparse.Namespace) -> int:
     from ddptui.clean.choice import DEFAULT_KEEP, Policy
     from ddptui.clean.sweep import clean
     from ddptui.faces.clean import print_clean
+    from ddptui.faces.resolve import slurm_nodes
     from ddptui.launch.outcome import LaunchError
 
-    cfg = _load(args.hosts)
+    cfg = _load(args.hosts)  # a Slurm hosts file: its nodes from the allocation held now
+    cfg = slurm_nodes(cfg, args.slurm_job, ask=False) if cfg is not None else None
     if cfg is None:
         return USAGE_EXIT
     if args.older_than is not None and not args.older_than >= 0:

@@ -225,3 +225,28 @@ def test_attach_follows_a_slurm_run_after_its_controller_died(slurm_cluster: Slu
         assert c.state(job) == "RUNNING"
     finally:
         c.scancel(job)
+
+
+def test_check_and_clean_reach_the_allocation(slurm_cluster: SlurmCluster,
+                                              tmp_path: Path) -> None:
+    """`ddptui check` probes the allocation's nodes through srun; `clean` finds a run's files
+    there; both refuse a file that would have them ask Slurm for nodes."""
+    c = slurm_cluster
+    job = c.salloc(2)
+    try:
+        path = hosts(c, tmp_path, {"job": "env"}, 2)
+        res = ddptui(c, tmp_path, "check", str(path), "--slurm-job", job)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "sn1" in res.stdout and "sn2" in res.stdout
+        assert ddptui(c, tmp_path, "run", str(path), "--headless", "--slurm-job",
+                      job).returncode == 0
+        res = ddptui(c, tmp_path, "clean", str(path), "--slurm-job", job, "--keep", "0")
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert not list((tmp_path / "w" / ".ddptui" / "runs").iterdir())
+        asks = hosts(c, tmp_path, {"nodes": 2}, 2)
+        res = ddptui(c, tmp_path, "clean", str(asks))
+        assert res.returncode == 2 and "works on an allocation you hold" in res.stderr
+        assert c.squeue() == [{"id": job, "name": "no-shell", "state": "RUNNING",
+                               "nodes": "sn[1-2]"}]
+    finally:
+        c.scancel(job)

@@ -164,8 +164,8 @@ def slurm_nodes(cfg: HostsConfig, job: str | None, *, ask: bool = True) -> Hosts
     from ddptui.slurm.jobinfo import SlurmError
 
     if not ask and job is None and cfg.slurm is not None and cfg.slurm.asks:
-        say("`ddptui check` runs in an allocation you hold: give --slurm-job JOB (or "
-            "`slurm.job`); a run asks Slurm for one itself. Nothing was checked.")
+        say("this command works on an allocation you hold: give --slurm-job JOB (or "
+            "`slurm.job`); only a run asks Slurm for one itself. Nothing was done.")
         return None
     try:
         return resolve(cfg, job, say=lambda line: print(f"ddptui: {line}", flush=True))

@@ -170,6 +170,7 @@ GROWN_SINCE = {
     "Slurm: the run's own job step, its stop through scancel, the job watched and given back":
         36,
     "the node's tee says when a rank ends with exit code 0 (torchrun logs failures only)": 38,
+    "a sampler whose start was in flight at the run's end is ended too": 4,
     "preflight in the ranks' environment beside a bare login, and the env: name at fault "
     "(rank_env.py, issue 25)": 243,
     "a failed run's diagnosis made again from its stored logs for `ddptui logs` "

@@ -173,6 +173,10 @@ class NodeSampler(threading.Thread):
         t = self.transport()
         if remote and t is not None:
             t.run(sampler.stop_cmd(self.node_dir, FILES), timeout=timeout)
+            if self.is_alive() and threading.current_thread() is not self:
+                self.join(timeout)  # a start in flight (a loaded node) ends what it started
+                if not self.is_alive():  # after the stop above: end that one as well
+                    t.run(sampler.stop_cmd(self.node_dir, FILES), timeout=timeout)
 
 
 class Samplers:

@@ -20,7 +20,7 @@ from ddptui.config import HostsConfig
 from ddptui.diagnose.diagnosis import Cause, Diagnosis
 from ddptui.slurm import client
 from ddptui.slurm.allocation import give_back
-from ddptui.slurm.jobinfo import ENDED, JobInfo, SlurmError, time_left
+from ddptui.slurm.jobinfo import JobInfo, SlurmError, ended_words, time_left
 
 
 class _Followed(Protocol):
@@ -46,8 +46,7 @@ def job_ended(config: HostsConfig, found: Diagnosis | None) -> Diagnosis | None:
 
 def ended_diagnosis(info: JobInfo, found: Diagnosis | None) -> Diagnosis:
     """Slurm's reason as the cause; what the ranks and nodes then said, its consequences."""
-    words = ENDED.get(info.state, f"ended ({info.state})")
-    what, _, advice = words.partition("; ")
+    what, advice = ended_words(info.state)
     d = Diagnosis(Cause.SLURM_JOB_ENDED,
                   f"Slurm job {info.job_id} {what}: the run could not go on.", what,
                   advice or "start the run again in a new allocation",
@@ -130,7 +129,7 @@ class JobWatch:
             info = self.look()
             if info is not None and not info.running and not info.pending:
                 self.gone = True
-                what = ENDED.get(info.state, f"ended ({info.state})").split("; ")[0]
-                self.ended(f"Slurm job {self.job} {what} (JobState={info.state}, "
+                self.ended(f"Slurm job {self.job} {ended_words(info.state)[0]} "
+                           f"(JobState={info.state}, "
                            f"Reason={info.reason})")
                 return

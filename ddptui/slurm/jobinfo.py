@@ -33,6 +33,12 @@ ENDED: dict[str, str] = {
 }
 
 
+def ended_words(state: str) -> tuple[str, str]:
+    """What ending in ``state`` means and what to do, as two parts (the second may be "")."""
+    what, _, advice = ENDED.get(state, f"ended ({state})").partition("; ")
+    return what, advice
+
+
 class SlurmError(Exception):
     """Slurm refused or could not answer; ``str()`` is one paragraph for a person."""
 

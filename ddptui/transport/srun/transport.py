@@ -76,18 +76,21 @@ class SrunTransport:
     def _active(self) -> AgentLink:
         link = self._link
         if link is None or link.closed.is_set():
-            said = link.complaint() if link is not None else ""
-            raise TransportError(self.node, f"{self.node}: the step of Slurm job {self.job} on "
-                                            f"{self.host} has ended" +
-                                            (f" (srun said: {said})" if said else ""))
+            raise self._ended(link.complaint() if link is not None else "")
         return link
+
+    def _ended(self, said: str = "", during: str = "") -> TransportError:
+        """The agent's step is gone (the job ended, the node failed, it was closed)."""
+        return TransportError(self.node, f"{self.node}: the step of Slurm job {self.job} on "
+                                         f"{self.host} has ended" +
+                                         (f" during a command: {during[:200]}" if during else "")
+                                         + (f" (srun said: {said})" if said else ""))
 
     def _open(self, command: str, stdin: bool) -> Channel:
         try:
             return self._active().open(command, stdin)
         except LinkClosed as exc:
-            raise TransportError(self.node, f"{self.node}: the step of Slurm job {self.job} "
-                                            f"on {self.host} has ended {exc}".rstrip()) from None
+            raise self._ended(str(exc)) from None
 
     def run(self, command: str, timeout: float) -> CommandResult:
         return self.run_stream(command, timeout)
@@ -118,9 +121,7 @@ class SrunTransport:
                                                     f"{command[:200]}")
                 msg = ch.get(min(left, 1.0))
                 if msg is None:
-                    raise TransportError(self.node, f"{self.node}: the step of Slurm job "
-                                                    f"{self.job} on {self.host} ended during "
-                                                    f"a command: {command[:200]}")
+                    raise self._ended(during=command)
                 kind, data = msg
                 if kind in (frames.STDOUT, frames.STDERR):
                     (out if kind == frames.STDOUT else err).extend(data)
@@ -134,8 +135,7 @@ class SrunTransport:
                     raise TransportError(self.node, f"{self.node}: cannot run sh there: "
                                                     f"{data.decode('utf-8', 'replace')}")
         except LinkClosed as exc:
-            raise TransportError(self.node, f"{self.node}: the step of Slurm job {self.job} "
-                                            f"on {self.host} has ended {exc}".rstrip()) from None
+            raise self._ended(str(exc)) from None
         except BaseException:
             if not ch.ended:
                 ch.kill()

@@ -132,3 +132,20 @@ def test_the_plan_tells_the_stores_node_it_hosts_and_keeps_the_lock_live() -> No
     assert "ddptui-rdzv" not in plan.nodes[1].script
     bare = make_plan(cfg, "r1", workdirs={n: "/w" for n in names}, rdzv_host="10.0.0.1")
     assert all("is_host" not in " ".join(n.argv) for n in bare.nodes)
+
+
+def test_runs_that_race_for_one_port_each_name_the_one_that_won(tmp_path: Path) -> None:
+    """A lock appears with its owner in it: a run that loses by a hair names the winner,
+    never "another ddptui run" (what a lock made empty, its owner written after, gave)."""
+    args = {"dir": str(tmp_path), "key": "10.0.0.1", "ports": [29400], "young_s": 600.0,
+            "owner": rundir.LOCK_OWNER, "pid": rundir.LOCK_PID, "ndir": "/nonexistent",
+            "exit": rundir.EXIT_CODE}
+    for round_ in range(5):
+        procs = [subprocess.Popen([sys.executable, "-S", "-c", reserve.NODE_SRC,
+                                   json.dumps({**args, "key": f"k{round_}", "run": f"run-{i}"})],
+                                  stdout=subprocess.PIPE, text=True) for i in range(6)]
+        got = [reserve.parse(p.communicate(timeout=30)[0]) for p in procs]
+        winners = [f"run-{i}" for i, g in enumerate(got) if g.port == 29400]
+        assert len(winners) == 1, got
+        assert all(g.held == ((29400, winners[0]),) for g in got if g.port is None), got
+    assert [p.name for p in tmp_path.iterdir() if ".new." in p.name or ".stale." in p.name] == []

@@ -30,6 +30,13 @@ r = dist.get_rank()
 print(f"rank {r} on {socket.gethostname()} job={os.environ.get('SLURM_JOB_ID')} "
       f"procid={os.environ.get('SLURM_PROCID')}", flush=True)
 t = torch.ones(1)
+if os.environ.get("TERM_TAKES"):  # a rank slow to end on SIGTERM (it saves something first)
+    import signal
+    def slow_end(*_):
+        time.sleep(float(os.environ["TERM_TAKES"]))
+        print(f"rank {r} saved its work", flush=True)
+        sys.exit(143)
+    signal.signal(signal.SIGTERM, slow_end)
 for step in range(1, int(os.environ["STEPS"]) + 1):
     dist.all_reduce(t)
     print(f"step {step} loss {1.0 / step:.4f}", flush=True)
@@ -40,11 +47,12 @@ STEP_RE = re.compile(r"^\[(sn\d) r(\d)\] step (\d+) loss ", re.M)
 
 
 def hosts(c: SlurmCluster, tmp: Path, slurm: dict[str, Any], steps: int, delay: float = 0,
-          **health: Any) -> Path:
+          env: dict[str, Any] | None = None, **health: Any) -> Path:
     (tmp / "proj").mkdir(exist_ok=True)
     (tmp / "proj" / "train.py").write_text(TRAIN)
     d = {"defaults": {"python": sys.executable, "nproc_per_node": 2, "workdir": str(tmp / "w"),
-                      "env": {"STEPS": steps, "DELAY": delay, "OMP_NUM_THREADS": 1}},
+                      "env": {"STEPS": steps, "DELAY": delay, "OMP_NUM_THREADS": 1,
+                              **(env or {})}},
          "slurm": slurm, "job": {"script": "proj/train.py", "stop_grace": 3},
          **({"health": health} if health else {})}
     path = tmp / "hosts.yaml"
@@ -119,22 +127,90 @@ def test_a_project_runs_in_an_allocation_every_step_once(slurm_cluster: SlurmClu
 
 def test_a_stop_mid_run_leaves_nothing_and_the_allocation_alive(slurm_cluster: SlurmCluster,
                                                                tmp_path: Path) -> None:
-    c = slurm_cluster
+    stop_mid_run(slurm_cluster, tmp_path, [sys.executable, "-m", "ddptui.cli"])
+
+
+#: ddptui, with the race forced: once ddptui has decided to stop sn2, and before its stop
+#: program signals anything there, the run's step on sn2 ends by itself (its processes die,
+#: as a torchrun whose rendezvous another node's stop closed does) and Slurm stops listing
+#: it; "ended" is then written to argv[1].
+LATE_SIGNAL = """
+import os, signal, sys, time
+from ddptui import cli
+from ddptui.launch import stopper
+from ddptui.slurm import client
+
+said, real = sys.argv.pop(1), stopper.SignalStop.stop
+
+def late(self, name, transport, target, grace, standby):
+    if name == "sn2":
+        want = ("DDPTUI_RUN=" + target.run_id + "/1").encode()
+        for d in os.listdir("/proc"):
+            try:
+                env = open("/proc/" + d + "/environ", "rb").read().split(b"\\0")
+            except (OSError, ValueError):
+                continue
+            if want in env:
+                try:
+                    os.kill(int(d), signal.SIGKILL)
+                except OSError:
+                    pass
+        ours = [s.step_id for s in client.steps(transport.job)
+                if s.name == "ddptui-" + target.run_id and s.nodes == "sn2"]
+        if ours and client.wait_step_gone(ours[0], 30):
+            with open(said, "w") as f:
+                f.write("ended")
+    return real(self, name, transport, target, grace, standby)
+
+stopper.SignalStop.stop = late
+sys.exit(cli.main())
+"""
+
+
+def stop_mid_run(c: SlurmCluster, tmp: Path, argv: list[str], env: dict[str, Any] | None = None
+                 ) -> str:
+    """A 2x2 run in a fresh allocation, Ctrl-C at step 3: stopped in the user's words, exit
+    130, nothing left, the allocation alive; ddptui's output."""
     job = c.salloc(2)
     try:
-        proc, out = spawn(c, tmp_path, "run", str(hosts(c, tmp_path, {"job": job}, 500, 0.2)),
-                          "--headless")
+        out = tmp / "out.txt"
+        hosts_file = hosts(c, tmp, {"job": job}, 500, 0.2, env)
+        with open(out, "wb") as f:
+            proc = subprocess.Popen([*argv, "--state-dir", str(tmp / "state"), "run",
+                                     str(hosts_file), "--headless"], stdout=f,
+                                    stderr=subprocess.STDOUT, env={**os.environ, **c.env})
         text = wait_for(out, r"^\[sn2 r3\] step 3 ", proc)
-        run_id = run_id_of(text)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 130, out.read_text()[-3000:]
         assert time.monotonic() - t0 < 15
-        nothing_left(c, job, run_id)
+        text = out.read_text()
+        assert "lost" not in text and "could not stop" not in text, text[-3000:]
+        assert "stopped" in text
+        nothing_left(c, job, run_id_of(text))
         assert c.state(job) == "RUNNING"
-        assert "stopped" in out.read_text()
+        return text
     finally:
         c.scancel(job)
+
+
+def test_a_step_that_ends_by_itself_before_its_signal_is_stopped_not_lost(
+        slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    said = tmp_path / "signal-came-late"
+    text = stop_mid_run(slurm_cluster, tmp_path, [sys.executable, "-c", LATE_SIGNAL, str(said)])
+    assert said.read_text() == "ended", text[-3000:]  # the race happened as forced
+
+
+def test_ranks_slow_to_end_on_sigterm_are_stopped_not_lost(slurm_cluster: SlurmCluster,
+                                                           tmp_path: Path) -> None:
+    """Slurm 22.05 answers a delivered signal to a running step with "Invalid job id
+    specified"; a step still there a moment later (ranks that save before they exit) must
+    not make its node "lost"."""
+    text = stop_mid_run(slurm_cluster, tmp_path, [sys.executable, "-m", "ddptui.cli"],
+                        {"TERM_TAKES": 1.5})
+    assert text.count("[sn2] ── stopped") == 1
+    for r in range(4):  # the grace is the ranks': Slurm's end of the step does not cut it
+        assert f"] rank {r} saved its work" in text, text[-3000:]
 
 
 def test_scancel_of_the_allocation_is_named_and_leaves_nothing(slurm_cluster: SlurmCluster,

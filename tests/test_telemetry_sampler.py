@@ -146,6 +146,25 @@ def test_a_lost_heartbeat_while_ddptui_is_here_starts_it_again(
         run.end()
 
 
+def test_a_stop_right_after_a_start_ends_the_sampler_and_waits_for_it(tmp_path: Path) -> None:
+    """"started" means its pid is known, and "stopped" that none of its processes is left:
+    a run that ends the moment its sampler started leaves nothing behind."""
+    run = Run()
+    try:
+        (tmp_path / FILES.script).write_text(sampler.script(FILES))
+        for _ in range(10):
+            for cmd, said in ((sampler.start_cmd(str(tmp_path), FILES, run.proc.pid, "r1",
+                                                 path=PATH), "started"),
+                              (sampler.stop_cmd(str(tmp_path), FILES), "stopped")):
+                res = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True,
+                                     timeout=30)
+                assert res.stdout.strip() == said, res
+            assert samplers_in(tmp_path) == []
+            assert not (tmp_path / FILES.pid).exists()
+    finally:
+        run.end()
+
+
 def test_commands_quote_every_value() -> None:
     cmd = sampler.start_cmd("/w/it's here", FILES, None, "r-1", path="/a b:$(id)")
     assert "'/w/it'\"'\"'s here'" in cmd and "'/a b:$(id)'" in cmd and " 0 60 " in cmd

@@ -3,12 +3,13 @@
 Two launches on the same nodes in the same second both find the port free (preflight looks
 before either has bound it); the first torchrun binds it, and torch's c10d rendezvous lets
 the second run's agents fall back to being clients of that store, so the second run lives
-inside the first one's store and dies with it. A lock directory per host address and port,
-made with one atomic ``mkdir`` on the store's node, settles who has the port. Its owner is
-alive while the ``launch.sh`` that wrote its pid into the lock lives and its node dir there
-holds no exit code (or, before it starts, while the lock is young); a dead owner's lock is
-taken over. A port
-left to ddptui moves on to the next free one; a port the hosts file fixes is refused.
+inside the first one's store and dies with it. A lock directory per host address and port
+on the store's node settles who has the port: made aside with its owner already written in
+it, then renamed into place in one atomic step, so a run that finds it taken can always name
+the run that took it. Its owner is alive while the ``launch.sh`` that wrote its pid into the
+lock lives and its node dir there holds no exit code (or, before it starts, while the lock
+is young); a dead owner's lock is taken over. A port left to ddptui moves on to the next
+free one; a port the hosts file fixes is refused.
 """
 
 from __future__ import annotations
@@ -72,30 +73,46 @@ def alive(lock):
         pass
     return run, True
 
+def remove(path):
+    try:
+        for f in os.listdir(path):
+            os.unlink(os.path.join(path, f))
+        os.rmdir(path)
+    except OSError:
+        pass
+
+def take(lock):
+    # The lock appears with its owner already in it: made aside, then renamed into place
+    # (a rename onto a lock that holds its owner fails), so that a run that finds it taken
+    # can always name who took it.
+    new = "%s.new.%d" % (lock, os.getpid())
+    os.mkdir(new)
+    with open(os.path.join(new, a["owner"]), "w") as f:
+        f.write(a["run"] + "\n" + a["ndir"] + "\n")
+    try:
+        os.rename(new, lock)
+        return True
+    except OSError:
+        remove(new)
+        return False
+
 held = []
 for port in a["ports"]:
     lock = os.path.join(a["dir"], "%s-%d" % (a["key"], port))
     for _ in range(2):
+        if take(lock):
+            print(json.dumps({"port": port, "lock": lock, "held": held}))
+            sys.exit(0)
+        run, live = alive(lock)
+        if live:
+            held.append([port, run])
+            break
+        stale = "%s.stale.%d" % (lock, os.getpid())
         try:
-            os.mkdir(lock)
-        except FileExistsError:
-            run, live = alive(lock)
-            if live:
-                held.append([port, run])
-                break
-            stale = "%s.stale.%d" % (lock, os.getpid())
-            try:
-                os.rename(lock, stale)
-                for f in os.listdir(stale):
-                    os.unlink(os.path.join(stale, f))
-                os.rmdir(stale)
-            except OSError:
-                pass
+            os.rename(lock, stale)
+        except OSError:
             continue
-        with open(os.path.join(lock, a["owner"]), "w") as f:
-            f.write(a["run"] + "\n" + a["ndir"] + "\n")
-        print(json.dumps({"port": port, "lock": lock, "held": held}))
-        sys.exit(0)
+        remove(stale)
 print(json.dumps({"port": None, "held": held}))
 """
 

@@ -81,32 +81,39 @@ class SignalStop:
 
 
 class SlurmStop:
-    """Through Slurm first: SIGTERM to the run's step on the node (``scancel --signal``),
-    which torchrun passes to its ranks; then the node's stop program for what is left (the
-    grace, SIGKILL, the report); then the step cancelled. A job Slurm has ended holds
-    nothing any more, so a node of it that cannot be reached has nothing to stop."""
+    """The node's stop program, as over SSH (SIGTERM to every process of the run there, the
+    grace, SIGKILL, and what is left, confirmed), then the run's step cancelled and awaited
+    until Slurm no longer lists it.
+
+    No ``scancel --signal`` first: the stop program signals every process of the run, so
+    Slurm's SIGTERM would be a second one, which interrupts torchrun's own shutdown; and
+    Slurm's answer to it tells nothing (22.05 delivers a signal to a running step and
+    answers "Invalid job id specified" all the same; a step that has ended is answered with
+    success). A step may end by itself at any moment (another node's stop ended the
+    rendezvous, and torchrun with it): the node's processes say whether the run stopped
+    there, so such a node is stopped, not lost. A job Slurm has ended holds nothing any
+    more, so a node of it that cannot be reached has nothing to stop."""
 
     def stop(self, name: str, transport: Transport, target: StopTarget, grace: float,
              standby: Standby | None) -> nodeops.StopResult:
         assert isinstance(transport, SrunTransport)
-        job, ours = transport.job, step_name(target.run_id)
+        job = transport.job
         try:
-            steps = [s.step_id for s in client.steps(job)
-                     if s.name == ours and s.nodes == transport.host]
-            for step in steps:
-                client.cancel(step, signal="TERM")
+            found = SignalStop().stop(name, transport, target, grace, standby)
+        except TransportError:
             try:
-                found = SignalStop().stop(name, transport, target, grace, standby)
-            except TransportError:
-                if not client.show_job(job).running:
+                if not client.job_running(job):
                     return nodeops.StopResult([], [], [])
-                raise
-            for step in steps:
-                with contextlib.suppress(SlurmError):  # it ended with its processes
-                    client.cancel(step)
-        except SlurmError as e:
-            raise TransportError(name, f"node {name}: Slurm could not stop the run's step: "
-                                       f"{e}") from None
+            except SlurmError as e:
+                raise TransportError(name, f"node {name}: neither the node nor Slurm could "
+                                           f"say whether the run stopped there: {e}") from None
+            raise
+        with contextlib.suppress(SlurmError):  # the processes are gone: the step ends too
+            for step in client.steps(job):
+                if step.name == step_name(target.run_id) and step.nodes == transport.host:
+                    with contextlib.suppress(SlurmError):  # it ended meanwhile
+                        client.cancel(step.step_id)
+                    client.wait_step_gone(step.step_id)
         return found
 
 

@@ -16,7 +16,13 @@ from ddptui.slurm.jobinfo import JobInfo, SlurmError, node_addresses, parse_job
 
 #: Seconds any one client command may take (slurmctld answers in milliseconds when up).
 COMMAND_TIMEOUT_S = 30.0
+#: Seconds a step cancelled or ended may take to leave Slurm's list of running steps.
+SETTLE_S = 5.0
 _GRANTED = re.compile(r"(?:Granted job allocation|Pending job allocation|job) (\d+)")
+
+
+class UnknownJob(SlurmError):
+    """Slurm does not know the job: it never existed, or ended long enough ago."""
 
 
 def run(argv: Sequence[str], timeout: float = COMMAND_TIMEOUT_S) -> str:
@@ -42,7 +48,7 @@ def show_job(job: str) -> JobInfo:
         return parse_job(run(["scontrol", "show", "job", "-o", job]))
     except SlurmError as e:
         if "Invalid job id" in str(e):
-            raise SlurmError(f"Slurm has no job {job}: it never existed, or it ended long "
+            raise UnknownJob(f"Slurm has no job {job}: it never existed, or it ended long "
                              "enough ago to be forgotten; `squeue --me` lists yours.") from None
         raise
 
@@ -56,19 +62,20 @@ def addresses(names: list[str]) -> dict[str, str]:
     return node_addresses(run(["scontrol", "show", "node", "-o", ",".join(names)]))
 
 
-def cancel(job: str, *, signal: str | None = None) -> None:
-    """``scancel`` a job or a step (``J.S``); ``signal`` sends it instead of cancelling.
+def cancel(job: str) -> None:
+    """``scancel`` a job or a step (``J.S``)."""
+    run(["scancel", job])
 
-    Slurm 22.05 answers the first signal to a running step with "Invalid job id specified"
-    and delivers the same request made again (seen on every step of the test cluster, for
-    ``-s`` and ``--signal`` alike), so a signal refused that way is asked once more."""
-    argv = ["scancel", *(["-s", signal] if signal else []), job]
-    try:
-        run(argv)
-    except SlurmError as e:
-        if signal is None or "Invalid job id" not in str(e):
-            raise
-        run(argv)
+
+def wait_step_gone(step: str, timeout: float = SETTLE_S) -> bool:
+    """Whether Slurm stopped listing the step ``J.S`` within ``timeout`` seconds (a step
+    cancelled or ended is listed a moment longer, while slurmd reports its end)."""
+    deadline = time.monotonic() + timeout
+    while step_listed(step):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 @dataclass(frozen=True)
@@ -79,14 +86,33 @@ class Step:
 
 
 def steps(job: str) -> list[Step]:
-    """The job's running steps (``squeue -s``)."""
-    out = run(["squeue", "-h", "-s", "-j", job, "-o", "%i|%j|%N"])
+    """The job's running steps (``squeue -s``); none once Slurm no longer knows the job (it
+    ended long enough ago to be forgotten)."""
+    try:
+        out = run(["squeue", "-h", "-s", "-j", job, "-o", "%i|%j|%N"])
+    except SlurmError as e:
+        if "Invalid job id" in str(e):
+            return []
+        raise
     found = []
     for line in out.splitlines():
         parts = line.strip().split("|")
         if len(parts) == 3:
             found.append(Step(*parts))
     return found
+
+
+def step_listed(step: str) -> bool:
+    """Whether Slurm still lists the step ``J.S`` among its job's running steps."""
+    return any(s.step_id == step for s in steps(step.split(".", 1)[0]))
+
+
+def job_running(job: str) -> bool:
+    """Whether Slurm runs the job now; False for one it has ended or forgotten."""
+    try:
+        return show_job(job).running
+    except UnknownJob:
+        return False
 
 
 def queue_position(info: JobInfo) -> tuple[int | None, str | None]:

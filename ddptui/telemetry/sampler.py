@@ -149,13 +149,22 @@ def script(files: SamplerFiles) -> str:
             .replace("__APPS_EVERY__", str(APPS_EVERY)))
 
 
+#: Seconds a start waits for the new sampler to write its pid file, and a stop for the ended
+#: sampler's processes to be gone: both take milliseconds on a quiet node.
+SETTLE_S = 10
+
+
 def start_cmd(node_dir: str, files: SamplerFiles, pgid: int | None, run_id: str, *,
               path: str | None = None, beat_timeout: int = BEAT_TIMEOUT_S,
               segment_lines: int = SEGMENT_LINES) -> str:
     """Start the sampler detached, as ``launch.sh`` is (own session, no terminal, no stdin),
     after ending one a previous controller left; ``path`` is the hosts file's PATH for the
-    node, so that nvidia-smi is found where the job's own commands are."""
+    node, so that nvidia-smi is found where the job's own commands are.
+
+    It answers "started" only once the new sampler has written its pid file: a stop that
+    comes right after must find whom to end, or the sampler would outlive its run."""
     d = shlex.quote(node_dir)
+    pid = shlex.quote(files.pid)
     args = " ".join(shlex.quote(a) for a in (str(pgid or 0), str(beat_timeout),
                                              str(segment_lines), f"DDPTUI_RUN={run_id}/",
                                              path or ""))
@@ -164,21 +173,37 @@ def start_cmd(node_dir: str, files: SamplerFiles, pgid: int | None, run_id: str,
     # at once must not read a previous sampler's lines as new
     return (f"cd {d} && {{ {_kill(files.pid)}; rm -f {outs}; }}; "
             f"(setsid sh {shlex.quote(files.script)} {args} > /dev/null 2>&1 < /dev/null &) "
-            "&& echo started")
+            f"&& {_within(f'[ -s {pid} ]')} && echo started")
+
+
+def _within(condition: str) -> str:
+    """Shell that waits at most ``SETTLE_S`` seconds for ``condition`` to hold; its status
+    says whether it did."""
+    return (f'{{ ok=; i=0; while [ $i -le {SETTLE_S * 20} ]; do if {condition}; then ok=1; '
+            f'break; fi; sleep 0.05; i=$((i + 1)); done; [ -n "$ok" ]; }}')
+
+
+#: Whether process group ``$p`` still has a member that is not a zombie (one read of each
+#: process's stat: the fields after the name are state, ppid, pgrp).
+_GROUP_LIVES = ('{ live=; for s in /proc/[0-9]*/stat; do read -r l 2>/dev/null < "$s" || '
+                'continue; set -- ${l##*) }; [ "$1" != Z ] && [ "$3" = "$p" ] && { live=1; '
+                'break; }; done; [ -n "$live" ]; }')
 
 
 def _kill(pid_file: str) -> str:
-    """End the sampler's whole process group (it leads its own session) with SIGKILL, so that
-    a run reported stopped leaves nothing behind.
+    """End the sampler's whole process group (it leads its own session) with SIGKILL, and
+    wait, bounded, until no process of it is left, so that a run reported stopped leaves
+    nothing behind.
 
     It has nothing to save (its reader keeps only whole lines), and its subshells would take
     a SIGTERM only once the command they wait on (a ``sleep 1``, a ``read``) returns: waiting
-    for them added 0.3 s to the end of every run and spared nothing. Nor is the group waited
-    on after the SIGKILL: where init is slow to reap orphans, ``kill -0`` goes on finding
-    their zombies for a second or more."""
+    for them added 0.3 s to the end of every run and spared nothing. Its zombies do not count
+    as left: where init is slow to reap orphans, ``kill -0`` goes on finding them for a
+    second or more."""
     pid = shlex.quote(pid_file)
     return (f'p=$(cat {pid} 2>/dev/null); case "$p" in ""|*[!0-9]*) ;; '
-            f'*) kill -KILL -"$p" 2>/dev/null; rm -f {pid} ;; esac')
+            f'*) kill -KILL -"$p" 2>/dev/null; {_within(f"! {_GROUP_LIVES}")} ;; esac; '
+            f'rm -f {pid}')
 
 
 def stop_cmd(node_dir: str, files: SamplerFiles) -> str:

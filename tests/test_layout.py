@@ -175,6 +175,9 @@ GROWN_SINCE = {
     "(rank_env.py, issue 25)": 243,
     "a failed run's diagnosis made again from its stored logs for `ddptui logs` "
     "(hindsight.py, issue 25)": 172,
+    "races fixed: a rendezvous lock renamed into place with its owner in it; a Slurm stop "
+    "confirmed by the node's processes and the step's end, not by scancel's answer "
+    "(issue 33)": 24,
 }
 
 

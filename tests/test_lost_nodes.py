@@ -12,6 +12,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,10 @@ class Follower:
 
 def watch_once(silent: dict[str, float], ended: tuple[str, ...] = (),
                failed: tuple[str, ...] = (), end_after_failure: float = 60.0,
+               until: tuple[str, Callable[[Watch, list[str]], bool]] | None = None,
                ) -> tuple[Watch, dict[str, Follower], list[str]]:
+    """Runs a watch until ``until`` (what it is waiting for, and a test of it) holds or, with
+    none, for a fixed 0.3 s in which nothing may happen."""
     followers = {n: Follower(s) for n, s in silent.items()}
     for n in (*ended, *failed):
         followers[n].ended = True
@@ -55,14 +59,21 @@ def watch_once(silent: dict[str, float], ended: tuple[str, ...] = (),
               end_run=lambda names, why: stopped.extend(names), drop=lambda name: None,
               lost_after=4, tick=0.01, end_after_failure=end_after_failure)
     w.start()
-    time.sleep(0.3)
+    if until is None:
+        # A negative check: ~30 ticks in which nothing may happen. A slow machine gives the
+        # watch fewer ticks, which can only make it pass more easily: a failure is a real bug.
+        time.sleep(0.3)
+    else:
+        what, cond = until
+        wait_until(lambda: cond(w, stopped), 15, what)
     done.set()
     w.join(5)
     return w, followers, stopped
 
 
 def test_a_silent_node_is_lost_and_the_others_are_stopped() -> None:
-    w, f, stopped = watch_once({"a": 0.0, "b": 9.0, "c": 1.0, "d": 20.0}, ended=("d",))
+    w, f, stopped = watch_once({"a": 0.0, "b": 9.0, "c": 1.0, "d": 20.0}, ended=("d",),
+                               until=("the others to be stopped", lambda w, s: bool(s)))
     assert w.lost == ["b"] and sorted(stopped) == ["a", "c"]  # d had exited already
     assert f["b"].gave_up.startswith("lost: no answer for 9 s (health.lost_after is 4 s)")
     assert not f["a"].gave_up and not f["c"].gave_up
@@ -70,7 +81,9 @@ def test_a_silent_node_is_lost_and_the_others_are_stopped() -> None:
 
 def test_a_failed_node_has_the_others_stopped_once_they_had_their_time() -> None:
     w, _, stopped = watch_once({"a": 0.0, "b": 0.0, "c": 0.0}, failed=("b",),
-                               end_after_failure=0.05)
+                               end_after_failure=0.05,
+                               until=("the failure to stop the others",
+                                      lambda w, s: w.failed is not None))
     assert w.failed == "b" and w.lost == [] and sorted(stopped) == ["a", "c"]
     w, _, stopped = watch_once({"a": 0.0, "b": 0.0}, failed=("b",), end_after_failure=60)
     assert w.failed is None and stopped == []  # still within their time
@@ -82,7 +95,8 @@ def test_a_failed_node_has_the_others_stopped_once_they_had_their_time() -> None
 def test_when_no_node_answers_none_is_declared_lost() -> None:
     w, _, stopped = watch_once({"a": 9.0, "b": 9.0})
     assert w.lost == [] and stopped == []
-    w, _, stopped = watch_once({"a": 9.0})  # one node: nothing tells the two apart
+    w, _, stopped = watch_once({"a": 9.0},  # one node: nothing tells the two apart
+                               until=("the node to be lost", lambda w, s: bool(w.lost)))
     assert w.lost == ["a"]
 
 

@@ -4,6 +4,7 @@ played from the real H100 captures (tests/data/nccl/README.md) by a stand-in han
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -140,7 +141,7 @@ async def test_the_palette_opens_it() -> None:
         await pilot.pause()
         assert isinstance(app.screen, CommandPalette)
         await pilot.press(*"NCCL facts")
-        await pilot.pause(0.3)
+        await asyncio.wait_for(app.workers.wait_for_complete(), 30)  # the palette's search
         await pilot.press("enter")
         await pilot.pause()
         await app.workers.wait_for_complete()

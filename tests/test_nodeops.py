@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ddptui.ingest import split_complete
@@ -14,6 +16,20 @@ from ddptui.launch import nodeops
 
 def sh(cmd: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=timeout)
+
+
+def wait_for(cond: Callable[[], bool], what: str, timeout: float = 30) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.1)
+
+
+def ignores_term(p: subprocess.Popen[bytes]) -> bool:
+    """Whether the process has set SIGTERM to be ignored yet (its SigIgn mask in /proc)."""
+    with open(f"/proc/{p.pid}/status") as f:
+        mask = next(ln.split()[1] for ln in f if ln.startswith("SigIgn:"))
+    return bool(int(mask, 16) >> (signal.SIGTERM - 1) & 1)
 
 
 def test_probe_reports_python_and_torch() -> None:
@@ -71,7 +87,7 @@ def test_stop_kills_marked_processes_in_other_sessions_too(tmp_path: Path) -> No
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                              env=dict(os.environ, DDPTUI_RUN="r1/1"), start_new_session=True)
     try:
-        time.sleep(0.3)
+        wait_for(lambda: ignores_term(procs[1]), "the second rank to ignore SIGTERM")
         res = sh(nodeops.stop_cmd(sys.executable, "r1", 0, 1.0, None, str(tmp_path)), timeout=30)
         out = nodeops.parse_stop(res.stdout)
         assert out is not None and out.leftover == []
@@ -100,7 +116,7 @@ def test_stop_does_not_wait_out_the_grace_for_an_agent_whose_ranks_are_gone(
     agent = subprocess.Popen([sys.executable, "-c", ignore_term],
                              env=dict(os.environ, DDPTUI_RUN="r2/0"), start_new_session=True)
     try:
-        time.sleep(0.3)
+        wait_for(lambda: ignores_term(agent), "the agent to ignore SIGTERM")
         # a grace of 600 s that the stop must not wait out: sh() gives up after 60
         res = sh(nodeops.stop_cmd(sys.executable, "r2", 0, 600.0, None, str(tmp_path)))
         out = nodeops.parse_stop(res.stdout)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -172,9 +173,9 @@ def test_a_job_slurm_ended_is_the_cause_and_the_rest_its_consequences(
         state: str, reason: str, words: str) -> None:
     """The recorded cancelled job with its state as Slurm writes each other end."""
     from ddptui.diagnose.diagnosis import Cause, Diagnosis
-    from ddptui.slurm.ending import ended_diagnosis
+    from ddptui.slurm.ending import end_of, ended_diagnosis
 
-    info = job("job-cancelled.txt", state=state, reason=reason)
+    info = end_of(job("job-cancelled.txt", state=state, reason=reason))
     lost = Diagnosis(Cause.NODE_LOST, "node sn1 was lost", "lost", "check it",
                      details={"sn1": ["node sn1 was lost (the cause)"]})
     d = ended_diagnosis(info, lost)
@@ -183,3 +184,82 @@ def test_a_job_slurm_ended_is_the_cause_and_the_rest_its_consequences(
     assert d.evidence == [f"[slurm] JobId=1 JobState={state} Reason={reason}"]
     assert d.details == {"sn1": ["node sn1 was lost (a consequence)"]}
     assert d.advice and not d.advice[0].isupper()
+
+
+def _watch_of(answers: list[object], monkeypatch: pytest.MonkeyPatch, every: float = 30.0
+              ) -> tuple[object, list[str], list[float]]:
+    """A JobWatch whose looks get ``answers`` in turn (a JobInfo, or an exception to raise);
+    what it said when the job ended, and when each look came (seconds after the start)."""
+    import threading
+    import time
+
+    from ddptui.slurm import client, ending
+
+    t0, looks, said = time.monotonic(), [], []
+
+    def show_job(_job: str) -> object:
+        looks.append(time.monotonic() - t0)
+        answer = answers.pop(0) if len(answers) > 1 else answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(client, "show_job", show_job)
+    monkeypatch.setattr(client, "accounted_end", lambda _job: None)  # no accounting here
+    w = ending.JobWatch("1", lambda _s: None, said.append, every=every)
+    w.start(threading.Event())
+    return w, said, looks
+
+
+def _until(cond: object, timeout: float = 10.0) -> None:
+    import time
+    end = time.monotonic() + timeout
+    while not cond():  # type: ignore[operator]
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.02)
+
+
+def test_a_job_slurm_forgot_between_two_looks_has_ended(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watch's next look found the job purged (MinJobAge): ended, said, not waited on."""
+    from ddptui.slurm.client import UnknownJob
+
+    w, said, _ = _watch_of([job("job-cancelled.txt", state="RUNNING"),
+                            UnknownJob("Slurm has no job 1")], monkeypatch, every=0.05)
+    _until(lambda: said)
+    assert said == ["Slurm job 1 has ended, and Slurm no longer keeps its record (it forgets an "
+                    "ended job MinJobAge seconds after its end), so why is not known here"]
+    assert w.gone and w.end is not None and w.end.state == ""  # type: ignore[attr-defined]
+
+
+def test_a_poke_looks_at_once_and_completing_is_followed_closely(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lost connection pokes the watch: it looks now, not at its 30-s tick; a COMPLETING
+    job is looked at again within a tenth of a second, so its final state is read before
+    Slurm forgets it."""
+    w, said, looks = _watch_of([job("job-cancelled.txt", state="COMPLETING"),
+                                job("job-cancelled.txt", state="COMPLETING"),
+                                job("job-cancelled.txt", state="CANCELLED")], monkeypatch)
+    w.poke()  # type: ignore[attr-defined]
+    _until(lambda: said)
+    assert said == ["Slurm job 1 was cancelled (scancel, or an administrator) "
+                    "(JobState=CANCELLED, Reason=None)"]
+    assert len(looks) == 3 and looks[-1] < 5.0
+
+
+def test_the_run_end_uses_the_end_the_watch_saw(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ddptui.slurm import client, ending
+    from ddptui.slurm.client import UnknownJob
+    from ddptui.slurm.jobinfo import JobEnd
+
+    def forgotten(_job: str) -> object:
+        raise UnknownJob("Slurm has no job 1")
+
+    monkeypatch.setattr(client, "show_job", forgotten)
+    monkeypatch.setattr(client, "accounted_end", lambda _job: None)
+    cfg = SimpleNamespace(slurm=SimpleNamespace(job="1"))
+    seen = ending.job_ended(cfg, None, JobEnd("1", "TIMEOUT", "TimeLimit"))  # type: ignore[arg-type]
+    assert seen is not None and "reached its time limit" in seen.headline
+    lost = ending.job_ended(cfg, None)  # type: ignore[arg-type]
+    assert lost is not None and "no longer keeps its record" in lost.headline
+    assert lost.evidence == ["[slurm] JobId=1: no longer known to Slurm"]
+    assert lost.advice.startswith("`sacct -j 1` says why")

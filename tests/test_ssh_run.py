@@ -140,7 +140,7 @@ def test_failing_rank_names_node_rank_and_last_lines(cluster2: Cluster, tmp_path
     assert "ddptui: node node2, rank 3 failed: exit code 1" in res.stdout
     assert "RuntimeError: rank 3 gave up at line 4" in res.stdout
     assert "last lines of rank 3:" in res.stdout and "    [seq 4] rank 3 says hello" in res.stdout
-    assert only_sshd_left(cluster2) or (time.sleep(5) or only_sshd_left(cluster2))
+    wait_until(lambda: only_sshd_left(cluster2), 30, "every run process to be gone")
 
 
 def bad(c: Cluster, tmp: Path, **node2: Any) -> dict[str, Any]:
@@ -188,7 +188,8 @@ def test_bad_node_is_exit_2_and_nothing_starts_anywhere(cluster2: Cluster, tmp_p
     for word in expect:
         assert word in res.stderr, res.stderr
     assert not list(tmp_path.glob("work-*/.ddptui/runs/*")), "a node got a run directory"
-    assert only_sshd_left(cluster2) or (time.sleep(3) or only_sshd_left(cluster2))
+    wait_until(lambda: only_sshd_left(cluster2), 30,
+               "the preflight's ssh sessions to end, leaving only sshd")
 
 
 def test_a_host_that_dies_mid_run_is_lost_and_stop_says_so(cluster_factory: Any,

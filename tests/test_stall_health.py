@@ -253,10 +253,23 @@ def test_the_stacks_of_a_local_node_found_by_marker_read_and_saved(tmp_path: Pat
     hosts.write_text(f"defaults: {{python: {sys.executable}}}\n"
                      "nodes: [{host: here, transport: local}]\n")
     config = load_config(hosts)
-    try:
-        time.sleep(1.0)
+    children = Path(f"/proc/{ranked.pid}/task/{ranked.pid}/children")
+
+    def asleep() -> Stacks | None:
+        """The stacks, once the rank has started its child and sleeps on line 8."""
+        if not children.read_text().split():
+            return None
         got = take("run-x", config, {"here": LocalTransport(config.nodes[0])}, tmp_path,
                    mask=lambda text: text.replace("s3cret-value", "***"))
+        stacks = [s.stack for n in got.nodes for s in n.ranks]
+        return got if any("in_the_rank (<string>:8)" in s for s in stacks) else None
+
+    try:
+        end = time.monotonic() + 30
+        while (got := asleep()) is None:
+            assert time.monotonic() < end, ("timed out after 30 s waiting for the rank to "
+                                            "start its child and sleep on line 8")
+            time.sleep(0.1)
         assert [n.problem for n in got.nodes] == [""] and len(got.nodes[0].ranks) == 1, got
         s = got.nodes[0].ranks[0]
         assert (s.rank, s.local_rank, s.pid) == (5, 1, ranked.pid)

@@ -57,20 +57,22 @@ def test_a_line_written_in_two_parts_is_copied_whole(tmp_path: Path) -> None:
 
 
 def test_a_line_is_copied_within_the_tees_own_poll_not_torchruns(tmp_path: Path) -> None:
-    """torchrun asks for a look every 0.1 s (5 s here): the tee looks every POLL_S."""
+    """torchrun asks for a look every 0.1 s (60 s here): the tee looks every POLL_S."""
     path, dst, finished = tmp_path / "stdout.log", Dst(), threading.Event()
     path.write_text("")
-    t = tail(path, finished, dst, interval=5.0)
-    time.sleep(0.3)  # the tail found nothing and sleeps
+    t = tail(path, finished, dst, interval=60.0)
+    # The tail found nothing and sleeps: should it not have got there yet on a slow machine,
+    # it finds the line sooner, so this sleep can only make the test pass more easily.
+    time.sleep(0.3)
     with open(path, "a") as f:
         f.write("late line\n")
-    end = time.monotonic() + 3
+    end = time.monotonic() + 30  # generous, yet short of the 60 s a tail of torchrun's takes
     while "late line" not in dst.getvalue() and time.monotonic() < end:
         time.sleep(0.01)
     arrived = dst.getvalue()
     finished.set()
     t.join(10)
-    assert arrived == "[r3]:late line\n"
+    assert arrived == "[r3]:late line\n", f"30 s waiting for the late line: {arrived!r}"
     assert torchrun_tee.POLL_S <= 0.05
 
 
@@ -295,7 +297,9 @@ def test_a_bar_that_stops_moving_is_shown_within_a_look_and_ends_as_a_line(
     path.write_text("")
     t = tail(path, finished, dst)
     write_and_wait(path, "\r 50%|#####", dst, "[r3]:\r 50%|#####\n")
-    time.sleep(0.1)  # more looks at a quiet file: shown once
+    # More looks at a quiet file, in which the state must not be shown again: a negative
+    # check; fewer looks on a slow machine can only make it pass more easily.
+    time.sleep(0.1)
     write_and_wait(path, "\r 60%|######", dst, "[r3]:\r 50%|#####\n[r3]:\r 60%|######\n")
     write_and_wait(path, "\n", dst, "[r3]:\r 50%|#####\n[r3]:\r 60%|######\n[r3]: 60%|######\n")
     write_and_wait(path, "epoch 1\r", dst, "[r3]:\r 50%|#####\n[r3]:\r 60%|######\n"
@@ -315,7 +319,9 @@ def test_a_nested_bar_that_stops_moving_is_shown_once_without_its_cursor_up(
     path.write_text("")
     t = tail(path, finished, dst)
     write_and_wait(path, "\n\rVal: 50%|#####\x1b[A", dst, "[r3]:\n[r3]:\rVal: 50%|#####\n")
-    time.sleep(0.1)  # more looks at a quiet file: shown once
+    # More looks at a quiet file, in which the state must not be shown again: a negative
+    # check; fewer looks on a slow machine can only make it pass more easily.
+    time.sleep(0.1)
     write_and_wait(path, "\n\rVal: 60%|######\x1b[A\n", dst,
                    "[r3]:\n[r3]:\rVal: 50%|#####\n[r3]:\rVal: 60%|######\n")
     finished.set()

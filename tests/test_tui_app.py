@@ -150,6 +150,14 @@ def make_app(store: Store | None = None, **kw: Any) -> DashboardUnderTest:
     return DashboardUnderTest(config, store=store, **kw)
 
 
+async def until(pilot: Any, cond: Callable[[], bool], what: str, within: float = 15.0) -> None:
+    """Lets the app run until ``cond()`` holds (its timers and workers act meanwhile)."""
+    end = asyncio.get_running_loop().time() + within
+    while not cond():
+        assert asyncio.get_running_loop().time() < end, f"waited {within} s for {what}"
+        await pilot.pause(0.1)
+
+
 async def settle(pilot: Any, app: DashboardApp) -> None:
     await pilot.pause()
     await app.workers.wait_for_complete()
@@ -196,10 +204,9 @@ async def test_launch_fills_header_table_log_and_chart() -> None:
         assert "fake-run" in str(app.header.render())
         assert "node_rank is only used" in "\n".join(app.log_view.lines)
         c.store.set_run(scheduler="slurm 77 RUNNING 01:59:58 left")  # the job watch's word
-        for _ in range(30):  # the header follows the store at the table's pace
-            await pilot.pause(0.1)
-            if "slurm 77" in str(app.header.render()):
-                break
+        # the header follows the store at the table's pace
+        await until(pilot, lambda: "slurm 77" in str(app.header.render()),
+                    "the header to show the job watch's word")
         assert "slurm 77 RUNNING 01:59:58 left" in str(app.header.render())
 
 
@@ -261,8 +268,7 @@ async def test_restart_stops_then_launches_a_fresh_run() -> None:
         assert second.launched == 1
         # the dashboard pumps the controller it shows, and lets go of the one it replaced
         pumped = second.pumped
-        await pilot.pause(0.1)
-        assert second.pumped > pumped
+        await until(pilot, lambda: second.pumped > pumped, "the new controller to be pumped")
         assert first.closed == 1 and second.closed == 0
     assert second.closed == 1, "the dashboard's exit lets go of its controller"
 
@@ -609,7 +615,7 @@ async def test_command_palette_runs_launch() -> None:
         await pilot.pause()
         assert isinstance(app.screen, CommandPalette)
         await pilot.press(*"Launch")
-        await pilot.pause(0.3)
+        await asyncio.wait_for(app.workers.wait_for_complete(), 30)  # the palette's search
         await pilot.press("enter")
         await settle(pilot, app)
         assert FakeController.instances and FakeController.instances[-1].launched == 1

@@ -212,8 +212,8 @@ class Session:
                 raw_path=rundir.node_log(self.local_dir, name), scanner=self.scanner[name],
                 parser=parsers.get(name) or NodeLogParser(name), out=self.bus.queue,
                 masker=self.masker, pgid=self.recorder.pgid(name), stopping=self._stopping,
-                reconnect=lambda node=node: self.pool.open(node), poll=self.poll,
-                chunk=read_size(len(self.config.nodes)), python=node.python)
+                reconnect=lambda node=node: self.job.poke() or self.pool.open(node),  # lost
+                poll=self.poll, chunk=read_size(len(self.config.nodes)), python=node.python)
             self._followers[name] = f
             f.start()
         self.watch.start()
@@ -261,7 +261,7 @@ class Session:
         if code != 0 and not stopped:  # a run a person stopped has no cause to find
             world = self.plan.world_size if self.plan else self.recorder.get("world_size")
             found, why_not = self.evidence.diagnose(names, world, code)
-            found = job_ended(self.config, found) or found  # Slurm ended the allocation
+            found = job_ended(self.config, found, self.job.end) or found  # Slurm ended it
         lost = [n for n, f in self._finished.items() if f.status is NodeStatus.LOST]
         for n in lost:  # the connection of a node given up by a stop may be blocked as well
             self.pool.drop(n)

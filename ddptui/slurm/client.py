@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ddptui.slurm.jobinfo import JobInfo, SlurmError, node_addresses, parse_job
+from ddptui.slurm.jobinfo import JobEnd, JobInfo, SlurmError, node_addresses, parse_job
 
 #: Seconds any one client command may take (slurmctld answers in milliseconds when up).
 COMMAND_TIMEOUT_S = 30.0
@@ -51,6 +51,21 @@ def show_job(job: str) -> JobInfo:
             raise UnknownJob(f"Slurm has no job {job}: it never existed, or it ended long "
                              "enough ago to be forgotten; `squeue --me` lists yours.") from None
         raise
+
+
+def accounted_end(job: str) -> JobEnd | None:
+    """How a job ended, from Slurm's accounting (``sacct``), for a job slurmctld has already
+    forgotten; None where the cluster keeps no accounting or it has no final state yet."""
+    try:
+        out = run(["sacct", "-n", "-X", "-P", "-j", job, "-o", "State,Reason"])
+    except SlurmError:
+        return None
+    for line in out.splitlines():
+        state, _, reason = line.strip().partition("|")
+        state = state.split(" ")[0]  # "CANCELLED by 1000"
+        if state and state not in ("RUNNING", "PENDING", "COMPLETING", "REQUEUED"):
+            return JobEnd(job, state, reason or "None")
+    return None
 
 
 def hostnames(node_list: str) -> list[str]:

@@ -20,7 +20,8 @@ from ddptui.config import HostsConfig
 from ddptui.diagnose.diagnosis import Cause, Diagnosis
 from ddptui.slurm import client
 from ddptui.slurm.allocation import give_back
-from ddptui.slurm.jobinfo import JobInfo, SlurmError, ended_words, time_left
+from ddptui.slurm.client import UnknownJob
+from ddptui.slurm.jobinfo import JobEnd, JobInfo, SlurmError, ended_words, time_left
 
 
 class _Followed(Protocol):
@@ -31,27 +32,41 @@ class _RunInfo(Protocol):
     def set_run(self, **changes: Any) -> None: ...
 
 
-def job_ended(config: HostsConfig, found: Diagnosis | None) -> Diagnosis | None:
+def job_ended(config: HostsConfig, found: Diagnosis | None, seen: JobEnd | None = None
+              ) -> Diagnosis | None:
     """The diagnosis when the run's Slurm job is no longer running; None while it runs (or
-    Slurm cannot say), so the ranks' own diagnosis stands."""
+    Slurm cannot say), so the ranks' own diagnosis stands. ``seen``: the end the job watch
+    already saw (Slurm may have forgotten the job since)."""
     job = config.slurm.job if config.slurm is not None else None
     if job is None:
         return None
+    if seen is not None:
+        return ended_diagnosis(seen, found)
     try:
         info = client.show_job(job)
+    except UnknownJob:  # ended, and forgotten already
+        return ended_diagnosis(forgotten_end(job), found)
     except SlurmError:
         return None
-    return None if info.running else ended_diagnosis(info, found)
+    return None if info.running else ended_diagnosis(end_of(info), found)
 
 
-def ended_diagnosis(info: JobInfo, found: Diagnosis | None) -> Diagnosis:
+def end_of(info: JobInfo) -> JobEnd:
+    return JobEnd(info.job_id, info.state, info.reason)
+
+
+def forgotten_end(job: str) -> JobEnd:
+    """The end of a job slurmctld no longer knows: from accounting where there is some."""
+    return client.accounted_end(job) or JobEnd(job, "", "")
+
+
+def ended_diagnosis(end: JobEnd, found: Diagnosis | None) -> Diagnosis:
     """Slurm's reason as the cause; what the ranks and nodes then said, its consequences."""
-    what, advice = ended_words(info.state)
+    what, advice = ended_words(end.state)
     d = Diagnosis(Cause.SLURM_JOB_ENDED,
-                  f"Slurm job {info.job_id} {what}: the run could not go on.", what,
-                  advice or "start the run again in a new allocation",
-                  evidence=[f"[slurm] JobId={info.job_id} JobState={info.state} "
-                            f"Reason={info.reason}"])
+                  f"Slurm job {end.job_id} {what}: the run could not go on.", what,
+                  advice.replace("JOB", end.job_id) or "start the run again in a new allocation",
+                  evidence=[end.evidence()])
     if found is not None:  # what the ranks and nodes then said follows from it
         d.details = {n: [ln.replace("(the cause)", "(a consequence)") for ln in lines]
                      for n, lines in found.details.items()}
@@ -73,6 +88,9 @@ def release(config: HostsConfig) -> str | None:
 
 #: Seconds between two looks at the job (one ``scontrol`` call each).
 EVERY_S = 5.0
+#: Seconds between two looks while the job is COMPLETING: its final state (why it ended) may
+#: be readable only until slurmctld forgets it (MinJobAge, 2 s on the test cluster).
+ENDING_EVERY_S = 0.1
 
 
 def describe(info: JobInfo, now_iso: str) -> str:
@@ -92,8 +110,14 @@ class JobWatch:
                  ended: Callable[[str], None], every: float = EVERY_S) -> None:
         self.job, self.show, self.ended, self.every = job, show, ended, every
         self._said = ""
-        #: Slurm ended the job: nothing of the run can be left on its nodes to seek.
-        self.gone = False
+        self._poke = threading.Event()
+        #: How Slurm ended the job, once the watch saw it end.
+        self.end: JobEnd | None = None
+
+    @property
+    def gone(self) -> bool:
+        """Slurm ended the job: nothing of the run can be left on its nodes to seek."""
+        return self.end is not None
 
     @classmethod
     def of(cls, config: HostsConfig, store: _RunInfo, followers: Mapping[str, _Followed]
@@ -111,11 +135,19 @@ class JobWatch:
             threading.Thread(target=self._run, args=(done,), daemon=True,
                              name="ddptui-slurm-job").start()
 
+    def poke(self) -> None:
+        """Look now, not at the next tick: a node's connection was lost, and Slurm ending
+        the job is one reason (its final state may be readable for a moment only)."""
+        self._poke.set()
+
     def look(self) -> JobInfo | None:
-        """One look: the state shown if it changed; the end said if the job has ended."""
+        """One look: the state shown if it changed; None when Slurm did not answer. Raises
+        :class:`UnknownJob` for a job Slurm has already forgotten (it has ended)."""
         assert self.job is not None
         try:
             info = client.show_job(self.job)
+        except UnknownJob:
+            raise
         except SlurmError:
             return None  # slurmctld busy or restarting: the next look may answer
         said = describe(info, datetime.now().isoformat(timespec="seconds"))
@@ -125,11 +157,25 @@ class JobWatch:
         return info
 
     def _run(self, done: threading.Event) -> None:
-        while not done.wait(self.every):
-            info = self.look()
-            if info is not None and not info.running and not info.pending:
-                self.gone = True
-                self.ended(f"Slurm job {self.job} {ended_words(info.state)[0]} "
-                           f"(JobState={info.state}, "
-                           f"Reason={info.reason})")
+        assert self.job is not None
+        pause = self.every
+        while not done.is_set():
+            self._poke.wait(pause)
+            self._poke.clear()
+            if done.is_set():
                 return
+            try:
+                info = self.look()
+            except UnknownJob:  # it ended between two looks, and Slurm forgot it already
+                self._ended(forgotten_end(self.job))
+                return
+            if info is not None and not info.running and not info.pending:
+                self._ended(end_of(info))
+                return
+            ending = info is not None and info.state == "COMPLETING"
+            pause = ENDING_EVERY_S if ending else self.every
+
+    def _ended(self, end: JobEnd) -> None:
+        self.end = end
+        self.ended(f"Slurm job {self.job} {ended_words(end.state)[0].replace('JOB', end.job_id)}"
+                   + (f" (JobState={end.state}, Reason={end.reason})" if end.state else ""))

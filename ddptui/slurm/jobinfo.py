@@ -33,10 +33,32 @@ ENDED: dict[str, str] = {
 }
 
 
+#: A job Slurm has already forgotten (``MinJobAge`` after its end) and no accounting knows.
+FORGOTTEN = ("has ended, and Slurm no longer keeps its record (it forgets an ended job "
+             "MinJobAge seconds after its end), so why is not known here; `sacct -j JOB` says "
+             "why where the cluster keeps accounting")
+
+
 def ended_words(state: str) -> tuple[str, str]:
-    """What ending in ``state`` means and what to do, as two parts (the second may be "")."""
-    what, _, advice = ENDED.get(state, f"ended ({state})").partition("; ")
+    """What ending in ``state`` means and what to do, as two parts (the second may be "");
+    ``state`` "" is a job Slurm has forgotten."""
+    what, _, advice = (ENDED.get(state, f"ended ({state})") if state else FORGOTTEN
+                       ).partition("; ")
     return what, advice
+
+
+@dataclass(frozen=True)
+class JobEnd:
+    """How Slurm ended a job: its final state and reason; state "" where nothing that
+    ddptui can ask still knows (see :data:`FORGOTTEN`)."""
+
+    job_id: str
+    state: str
+    reason: str
+
+    def evidence(self) -> str:
+        return (f"[slurm] JobId={self.job_id} JobState={self.state} Reason={self.reason}"
+                if self.state else f"[slurm] JobId={self.job_id}: no longer known to Slurm")
 
 
 class SlurmError(Exception):

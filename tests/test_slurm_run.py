@@ -221,7 +221,14 @@ def test_scancel_of_the_allocation_is_named_and_leaves_nothing(slurm_cluster: Sl
                       "--headless")
     text = wait_for(out, r"^\[sn1 r0\] step 3 ", proc)
     c.scancel(job)
-    code = proc.wait(90)
+    try:
+        code = proc.wait(90)
+    except subprocess.TimeoutExpired:  # what ddptui was doing, for whoever reads the failure
+        stacks = subprocess.run(["py-spy", "dump", "--pid", str(proc.pid)], capture_output=True,
+                                text=True, timeout=60).stdout
+        proc.kill()
+        raise AssertionError(f"ddptui still runs 90 s after scancel of its job:\n{stacks}\n"
+                             f"{out.read_text()[-3000:]}") from None
     text = out.read_text()
     assert code != 0, text[-3000:]
     assert f"ddptui: Slurm job {job} was cancelled (scancel, or an administrator)" in text, \

@@ -15,6 +15,7 @@ never run at the same moment.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +26,16 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from cluster import Cluster, ClusterFactory, environment_problem
 from slurmcluster import SlurmCluster, missing_tools
+
+# -- Ctrl-C ---------------------------------------------------------------------------------
+
+# The tests that press Ctrl-C (SIGINT to a ddptui they started) model a person at a terminal,
+# where SIGINT always reaches the program. A suite started in the background by a shell
+# without job control (`pytest &`, a CI runner's script) inherits SIGINT ignored, and so would
+# every ddptui it starts: Python keeps an ignored SIGINT ignored, and those tests would wait
+# for a stop that never comes. Each process this suite starts takes SIGINT's default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # -- workers --------------------------------------------------------------------------------
 

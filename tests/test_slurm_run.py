@@ -90,6 +90,20 @@ def wait_for(path: Path, pattern: str, proc: subprocess.Popen[bytes], timeout: f
     raise AssertionError(f"no {pattern!r} in:\n{path.read_text(errors='replace')[-4000:]}")
 
 
+def exit_code(proc: subprocess.Popen[bytes], out: Path, timeout: float) -> int:
+    """ddptui's exit code; past ``timeout``, a failure with what ddptui was doing then (its
+    threads' stacks), and ddptui killed so that nothing of it outlives the test."""
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        stacks = subprocess.run(["py-spy", "dump", "--pid", str(proc.pid)], capture_output=True,
+                                text=True, timeout=60).stdout
+        proc.kill()
+        proc.wait(10)
+        raise AssertionError(f"ddptui still runs after {timeout:g} s:\n{stacks}\n"
+                             f"{out.read_text()[-3000:]}") from None
+
+
 def nothing_left(c: SlurmCluster, job: str, run_id: str) -> None:
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and marked_pids(run_id):
@@ -182,7 +196,7 @@ def stop_mid_run(c: SlurmCluster, tmp: Path, argv: list[str], env: dict[str, Any
         text = wait_for(out, r"^\[sn2 r3\] step 3 ", proc)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(60) == 130, out.read_text()[-3000:]
+        assert exit_code(proc, out, 60) == 130, out.read_text()[-3000:]
         assert time.monotonic() - t0 < 15
         text = out.read_text()
         assert "lost" not in text and "could not stop" not in text, text[-3000:]
@@ -221,14 +235,7 @@ def test_scancel_of_the_allocation_is_named_and_leaves_nothing(slurm_cluster: Sl
                       "--headless")
     text = wait_for(out, r"^\[sn1 r0\] step 3 ", proc)
     c.scancel(job)
-    try:
-        code = proc.wait(90)
-    except subprocess.TimeoutExpired:  # what ddptui was doing, for whoever reads the failure
-        stacks = subprocess.run(["py-spy", "dump", "--pid", str(proc.pid)], capture_output=True,
-                                text=True, timeout=60).stdout
-        proc.kill()
-        raise AssertionError(f"ddptui still runs 90 s after scancel of its job:\n{stacks}\n"
-                             f"{out.read_text()[-3000:]}") from None
+    code = exit_code(proc, out, 90)
     text = out.read_text()
     assert code != 0, text[-3000:]
     assert f"ddptui: Slurm job {job} was cancelled (scancel, or an administrator)" in text, \
@@ -248,7 +255,7 @@ def test_ddptui_asks_for_an_allocation_shows_it_queued_and_gives_it_back(
         job = re.search(r"Slurm job (\d+) is queued", queued).group(1)  # type: ignore[union-attr]
     finally:
         c.run(["scontrol", "update", f"PartitionName={c.partition}", "State=UP"])
-    assert proc.wait(120) == 0, out.read_text()[-4000:]
+    assert exit_code(proc, out, 120) == 0, out.read_text()[-4000:]
     text = out.read_text()
     assert f"Slurm job {job} granted on sn[1-2]" in text
     assert len(STEP_RE.findall(text)) == 16

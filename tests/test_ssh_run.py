@@ -119,7 +119,8 @@ def test_sigkilled_controller_then_attach_loses_and_repeats_nothing(cluster2: Cl
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
     run_id = run_id_of(out.read_text())
-    assert marked_pids(run_id), "the job must go on without its controller"
+    # the job went on without its controller: every line of every rank arrives below (a
+    # look at its processes here would race the job's own end on a loaded machine)
     res = ddptui("attach", run_id, "--headless", state=state)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr
     for rank in range(4):
@@ -130,7 +131,7 @@ def test_sigkilled_controller_then_attach_loses_and_repeats_nothing(cluster2: Cl
         got = [int(x.split()[2].rstrip("]")) for x in shown
                if x.startswith(tag + "[seq ") and x.endswith(f"rank {rank} says hello")]
         assert got == list(range(n)), rank
-    assert marked_pids(run_id) == []
+    wait_until(lambda: marked_pids(run_id) == [], 15, "the run's last processes to exit")
 
 
 def test_failing_rank_names_node_rank_and_last_lines(cluster2: Cluster, tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ CLUSTER_FILES = (
     "tests/test_bench_smoke.py", "tests/test_sync_bench_smoke.py",
 )
 _FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.M)
-_SUMMARY = re.compile(r"^=+ (.*(?:passed|failed|error).*) in [\d.]+s", re.M)
+_SUMMARY = re.compile(r"^(?:=+ )?(\d+ (?:passed|failed|errors?)\b.*?) in [\d.]+s", re.M)
 
 
 def one_round(files: list[str], timeout: float) -> tuple[bool, str, list[str], str]:

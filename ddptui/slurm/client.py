@@ -123,9 +123,10 @@ def step_listed(step: str) -> bool:
 
 
 def job_running(job: str) -> bool:
-    """Whether Slurm runs the job now; False for one it has ended or forgotten."""
+    """Whether Slurm runs the job now; False for one it is ending (COMPLETING: Slurm itself
+    kills what is left of it), has ended or has forgotten."""
     try:
-        return show_job(job).running
+        return show_job(job).state == "RUNNING"
     except UnknownJob:
         return False
 

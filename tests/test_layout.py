@@ -176,8 +176,8 @@ GROWN_SINCE = {
     "a failed run's diagnosis made again from its stored logs for `ddptui logs` "
     "(hindsight.py, issue 25)": 172,
     "races fixed: a rendezvous lock renamed into place with its owner in it; a Slurm stop "
-    "confirmed by the node's processes and the step's end, not by scancel's answer "
-    "(issue 33)": 24,
+    "confirmed by the node's processes and the step's end, not by scancel's answer; the "
+    "reaper fetches again what a lost node's ranks wrote until it stopped them (issue 33)": 33,
 }
 
 

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -333,3 +334,26 @@ def test_stop_stops_what_it_reaches_and_names_the_node_it_cannot(
     res = ddptui("stop", run_id, "--grace", "2", state=state, timeout=90)
     assert res.returncode == 0, res.stdout + res.stderr
     assert marked_pids(run_id) == [] and read_meta(state, run_id)["unstopped"] == []
+
+
+def test_the_reaper_fetches_again_what_was_written_until_its_stop() -> None:
+    """A rank behind a healed partition writes on until the reaper stops it: the lines
+    between the first fetch and the stop are fetched too (seen once in a hunt: the last one
+    was missing)."""
+    from ddptui.launch.liveness import Reaper
+
+    done: list[str] = []
+
+    def fetch(_name: str, _t: object) -> int:
+        done.append("fetch")
+        return 3 if len(done) == 1 else 2
+
+    def stop(_name: str, _t: object) -> StopResult:
+        done.append("stop")
+        return StopResult([7], [], [])
+
+    r = Reaper(["node2"], 10, run_id="r", connect=lambda _n: SimpleNamespace(close=lambda: None),
+               fetch=fetch, stop=stop, record=lambda *_: None)  # type: ignore[arg-type]
+    r.run()
+    assert done == ["fetch", "stop", "fetch"]
+    assert r.report["node2"].startswith("reached again; fetched the 5 line(s)")

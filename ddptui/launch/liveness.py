@@ -136,7 +136,8 @@ class Reaper(threading.Thread):
     Args:
         connect: A fresh connection to a node (the run's own were given up).
         fetch: Reads what the node wrote since following stopped into the run's logs here;
-            the lines fetched. Before the stop: what the stop ends is the last of it.
+            the lines fetched. Before the stop, and again after it: what the ranks wrote
+            until the stop ended them (their last words on SIGTERM too).
         stop: Stops the run on a node through the connection given.
         record: Saves what was done on a node reached (node, words) and the nodes not
             reached yet.
@@ -164,11 +165,10 @@ class Reaper(threading.Thread):
                 transport = None
                 try:
                     transport = self.connect(name)
-                    try:
-                        fetched: int | str = self.fetch(name, transport)
-                    except Exception as e:  # what is there stays there, for attach
-                        fetched = f"{type(e).__name__}: {e}"
+                    fetched = self._fetch(name, transport, 0)
                     found = self.stop(name, transport)
+                    # and what its ranks wrote between that fetch and their end
+                    fetched = self._fetch(name, transport, fetched)
                 except Exception:
                     continue
                 finally:
@@ -184,6 +184,16 @@ class Reaper(threading.Thread):
             self.report[name] = (f"not reached within {self.seconds:g} s: what the run left "
                                  f"there may still run; `ddptui stop {self.run_id}` stops it "
                                  "once the node answers")
+
+
+    def _fetch(self, name: str, transport: Transport, before: int | str) -> int | str:
+        """Lines fetched so far, or why the fetch failed (what is there stays, for attach)."""
+        if isinstance(before, str):
+            return before
+        try:
+            return before + self.fetch(name, transport)
+        except Exception as e:
+            return f"{type(e).__name__}: {e}"
 
 
 def reached_again(fetched: int | str, found: StopResult, run_id: str) -> str:

@@ -177,7 +177,7 @@ GROWN_SINCE = {
     "(hindsight.py, issue 25)": 172,
     "races fixed: a rendezvous lock renamed into place with its owner in it; a Slurm stop "
     "confirmed by the node's processes and the step's end, not by scancel's answer; the "
-    "reaper fetches again what a lost node's ranks wrote until it stopped them (issue 33)": 33,
+    "reaper fetches again what a lost node's ranks wrote until it stopped them (issue 33)": 34,
 }
 
 

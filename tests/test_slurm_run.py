@@ -47,13 +47,13 @@ STEP_RE = re.compile(r"^\[(sn\d) r(\d)\] step (\d+) loss ", re.M)
 
 
 def hosts(c: SlurmCluster, tmp: Path, slurm: dict[str, Any], steps: int, delay: float = 0,
-          env: dict[str, Any] | None = None, **health: Any) -> Path:
+          env: dict[str, Any] | None = None, grace: float = 3, **health: Any) -> Path:
     (tmp / "proj").mkdir(exist_ok=True)
     (tmp / "proj" / "train.py").write_text(TRAIN)
     d = {"defaults": {"python": sys.executable, "nproc_per_node": 2, "workdir": str(tmp / "w"),
                       "env": {"STEPS": steps, "DELAY": delay, "OMP_NUM_THREADS": 1,
                               **(env or {})}},
-         "slurm": slurm, "job": {"script": "proj/train.py", "stop_grace": 3},
+         "slurm": slurm, "job": {"script": "proj/train.py", "stop_grace": grace},
          **({"health": health} if health else {})}
     path = tmp / "hosts.yaml"
     path.write_text(yaml.safe_dump(d, sort_keys=False))
@@ -181,14 +181,14 @@ sys.exit(cli.main())
 """
 
 
-def stop_mid_run(c: SlurmCluster, tmp: Path, argv: list[str], env: dict[str, Any] | None = None
-                 ) -> str:
+def stop_mid_run(c: SlurmCluster, tmp: Path, argv: list[str], env: dict[str, Any] | None = None,
+                 grace: float = 3) -> str:
     """A 2x2 run in a fresh allocation, Ctrl-C at step 3: stopped in the user's words, exit
     130, nothing left, the allocation alive; ddptui's output."""
     job = c.salloc(2)
     try:
         out = tmp / "out.txt"
-        hosts_file = hosts(c, tmp, {"job": job}, 500, 0.2, env)
+        hosts_file = hosts(c, tmp, {"job": job}, 500, 0.2, env, grace)
         with open(out, "wb") as f:
             proc = subprocess.Popen([*argv, "--state-dir", str(tmp / "state"), "run",
                                      str(hosts_file), "--headless"], stdout=f,
@@ -219,9 +219,13 @@ def test_ranks_slow_to_end_on_sigterm_are_stopped_not_lost(slurm_cluster: SlurmC
                                                            tmp_path: Path) -> None:
     """Slurm 22.05 answers a delivered signal to a running step with "Invalid job id
     specified"; a step still there a moment later (ranks that save before they exit) must
-    not make its node "lost"."""
+    not make its node "lost".
+
+    The grace is long (each rank saves for 1.5 s, but a rank inside a collective runs its
+    SIGTERM handler only once the collective fails, after its peers' own saves): what is
+    checked is that every save is let finish, not how fast."""
     text = stop_mid_run(slurm_cluster, tmp_path, [sys.executable, "-m", "ddptui.cli"],
-                        {"TERM_TAKES": 1.5})
+                        {"TERM_TAKES": 1.5}, grace=30)
     assert text.count("[sn2] ── stopped") == 1
     for r in range(4):  # the grace is the ranks': Slurm's end of the step does not cut it
         assert f"] rank {r} saved its work" in text, text[-3000:]

@@ -105,13 +105,17 @@ def exit_code(proc: subprocess.Popen[bytes], out: Path, timeout: float) -> int:
 
 
 def nothing_left(c: SlurmCluster, job: str, run_id: str) -> None:
+    """No process of the run left, and no step of ddptui's in the job, within 15 s (slurmd
+    reports a step's end to slurmctld a moment after its processes are gone)."""
+    def ours() -> list[str]:
+        return [s for s in c.run(["squeue", "-h", "-s", "-j", job, "-o", "%i %j"],
+                                 check=False).stdout.splitlines() if "ddptui" in s]
+
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and marked_pids(run_id):
+    while time.monotonic() < deadline and (marked_pids(run_id) or ours()):
         time.sleep(0.2)
     assert marked_pids(run_id) == []
-    steps = [s for s in c.run(["squeue", "-h", "-s", "-j", job, "-o", "%i %j"],
-                              check=False).stdout.splitlines() if "ddptui" in s]
-    assert steps == []
+    assert ours() == []
 
 
 def test_a_project_runs_in_an_allocation_every_step_once(slurm_cluster: SlurmCluster,
@@ -194,10 +198,8 @@ def stop_mid_run(c: SlurmCluster, tmp: Path, argv: list[str], env: dict[str, Any
                                      str(hosts_file), "--headless"], stdout=f,
                                     stderr=subprocess.STDOUT, env={**os.environ, **c.env})
         text = wait_for(out, r"^\[sn2 r3\] step 3 ", proc)
-        t0 = time.monotonic()
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGINT)  # how fast it stops: bench/stop.py, not a test
         assert exit_code(proc, out, 60) == 130, out.read_text()[-3000:]
-        assert time.monotonic() - t0 < 15
         text = out.read_text()
         assert "lost" not in text and "could not stop" not in text, text[-3000:]
         assert "stopped" in text

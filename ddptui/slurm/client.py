@@ -16,8 +16,9 @@ from ddptui.slurm.jobinfo import JobEnd, JobInfo, SlurmError, node_addresses, pa
 
 #: Seconds any one client command may take (slurmctld answers in milliseconds when up).
 COMMAND_TIMEOUT_S = 30.0
-#: Seconds a step cancelled or ended may take to leave Slurm's list of running steps.
-SETTLE_S = 5.0
+#: Seconds a step cancelled or ended may take to leave Slurm's list of running steps
+#: (a moment, unless slurmd or slurmctld is overloaded).
+SETTLE_S = 15.0
 _GRANTED = re.compile(r"(?:Granted job allocation|Pending job allocation|job) (\d+)")
 
 

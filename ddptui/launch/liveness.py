@@ -185,7 +185,6 @@ class Reaper(threading.Thread):
                                  f"there may still run; `ddptui stop {self.run_id}` stops it "
                                  "once the node answers")
 
-
     def _fetch(self, name: str, transport: Transport, before: int | str) -> int | str:
         """Lines fetched so far, or why the fetch failed (what is there stays, for attach)."""
         if isinstance(before, str):

@@ -23,7 +23,8 @@ _GRANTED = re.compile(r"(?:Granted job allocation|Pending job allocation|job) (\
 
 
 class UnknownJob(SlurmError):
-    """Slurm does not know the job: it never existed, or ended long enough ago."""
+    """Slurm does not know the job ("Invalid job id specified"): it never existed, or ended
+    long enough ago."""
 
 
 def run(argv: Sequence[str], timeout: float = COMMAND_TIMEOUT_S) -> str:
@@ -38,8 +39,9 @@ def run(argv: Sequence[str], timeout: float = COMMAND_TIMEOUT_S) -> str:
                          "slurmctld reachable from here (`scontrol ping`)?") from None
     if res.returncode != 0:
         said = (res.stderr.strip() or res.stdout.strip())[-400:]
-        raise SlurmError(f"`{' '.join(argv)}` failed (exit code {res.returncode}). Slurm "
-                         f"said: {said}")
+        kind = UnknownJob if "Invalid job id" in said else SlurmError
+        raise kind(f"`{' '.join(argv)}` failed (exit code {res.returncode}). Slurm "
+                   f"said: {said}")
     return res.stdout
 
 
@@ -47,11 +49,9 @@ def show_job(job: str) -> JobInfo:
     """The job as slurmctld knows it; a job it does not know is named as such."""
     try:
         return parse_job(run(["scontrol", "show", "job", "-o", job]))
-    except SlurmError as e:
-        if "Invalid job id" in str(e):
-            raise UnknownJob(f"Slurm has no job {job}: it never existed, or it ended long "
-                             "enough ago to be forgotten; `squeue --me` lists yours.") from None
-        raise
+    except UnknownJob:
+        raise UnknownJob(f"Slurm has no job {job}: it never existed, or it ended long "
+                         "enough ago to be forgotten; `squeue --me` lists yours.") from None
 
 
 def accounted_end(job: str) -> JobEnd | None:
@@ -106,10 +106,8 @@ def steps(job: str) -> list[Step]:
     ended long enough ago to be forgotten)."""
     try:
         out = run(["squeue", "-h", "-s", "-j", job, "-o", "%i|%j|%N"])
-    except SlurmError as e:
-        if "Invalid job id" in str(e):
-            return []
-        raise
+    except UnknownJob:
+        return []
     found = []
     for line in out.splitlines():
         parts = line.strip().split("|")

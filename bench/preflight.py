@@ -28,8 +28,8 @@ from scale_setup import ROOT, hosts_file, make_cluster, median
 sys.path.insert(0, str(ROOT))
 
 from ddptui.config import load_config
-from ddptui.launch.preflight import before_launch
-from ddptui.launch.reach import map_at_once, probe_node
+from ddptui.launch.precheck import before_launch
+from ddptui.remote.reach import map_at_once, probe_node
 
 TARGET_S = 2.0
 

@@ -34,7 +34,7 @@ from scale_setup import ROOT, Cluster, hosts_file, make_cluster, median
 sys.path.insert(0, str(ROOT))
 
 from ddptui.config import load_config
-from ddptui.launch.session import Session
+from ddptui.live.session import Session
 
 COOPERATIVE = """import os, time
 print(f"ready rank {os.environ['RANK']}", flush=True)

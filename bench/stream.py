@@ -52,8 +52,8 @@ sys.path.insert(0, str(ROOT))
 
 from ddptui.config import load_config
 from ddptui.events import LineRun, LogLine
-from ddptui.launch.follow import Batch
-from ddptui.launch.session import Session
+from ddptui.live.follow import Batch
+from ddptui.live.session import Session
 from ddptui.store import rundir
 
 FLOOD = """import os, sys, time

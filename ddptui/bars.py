@@ -2,7 +2,7 @@
 
 A rank's line rewritten by carriage returns (tqdm, Lightning, HF Trainer, rich, pip) reaches
 the controller as *bar states*: one :class:`~ddptui.events.LogLine` per state, with ``bar``
-set (the node's tee marks them, see :mod:`ddptui.launch.torchrun_tee`). On a terminal each
+set (the node's tee marks them, see :mod:`ddptui.nodeprog.torchrun_tee`). On a terminal each
 state writes over the last, and a bar refreshed 100 times a second for hours is one line. So
 here, per rank, a *bar slot*: a new state takes the place of the rank's live one; an ordinary
 line of the rank ends the slot (the last state stays where it was, the line goes below).

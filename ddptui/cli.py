@@ -217,9 +217,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         from ddptui.faces.stacks import show_stacks
 
         return show_stacks(args.state_dir, args.run_id, rank=args.rank)
-    from ddptui.launch.attach import NothingLeft
-    from ddptui.launch.outcome import LaunchError
-    from ddptui.launch.session import Session
+    from ddptui.live.attach import NothingLeft
+    from ddptui.live.session import Session
+    from ddptui.outcome import LaunchError
 
     if args.command == "logs" and (args.telemetry or args.metrics or args.shape != "table"):
         flag = "--telemetry" if args.telemetry else "--metrics"
@@ -262,7 +262,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "clean":
         return _clean(args)
     if args.command == "stop":
-        from ddptui.launch.stop_beside import followed_elsewhere, stop_beside
+        from ddptui.afterwards.stop_beside import followed_elsewhere, stop_beside
         from ddptui.store.runs import state_root
 
         root = state_root(args.state_dir)
@@ -324,7 +324,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     from ddptui.faces.check import print_check
     from ddptui.faces.resolve import slurm_nodes
-    from ddptui.launch.preflight import check
+    from ddptui.launch.precheck import check
 
     cfg = _load(args.hosts)
     cfg = slurm_nodes(cfg, args.slurm_job, ask=False) if cfg is not None else None
@@ -346,7 +346,7 @@ def _clean(args: argparse.Namespace) -> int:
     from ddptui.clean.sweep import clean
     from ddptui.faces.clean import print_clean
     from ddptui.faces.resolve import slurm_nodes
-    from ddptui.launch.outcome import LaunchError
+    from ddptui.outcome import LaunchError
 
     cfg = _load(args.hosts)  # a Slurm hosts file: its nodes from the allocation held now
     cfg = slurm_nodes(cfg, args.slurm_job, ask=False) if cfg is not None else None

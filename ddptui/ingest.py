@@ -1,7 +1,7 @@
 """A node log's bytes, a read at a time, into events: the controller's hottest loop.
 
 A flood is almost nothing but rank lines (``[ddptui R L] text``), and ddptui's tee
-(:mod:`ddptui.launch.torchrun_tee`) writes each rank's in blocks, so a read is a few long runs
+(:mod:`ddptui.nodeprog.torchrun_tee`) writes each rank's in blocks, so a read is a few long runs
 of one rank's lines. A run with nothing but plain lines (INFO, no record, no NCCL line) becomes
 one :class:`~ddptui.events.LineRun`: its text with the prefixes cut out, no object per line.
 Anything else is cut into lines and rank prefixes by one regular expression in C, its level

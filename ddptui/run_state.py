@@ -5,7 +5,7 @@ Before this module a run's state lived in thread events, follower flags, the sto
 and ``run.json`` strings, and which of them won depended on which thread got there first: a
 stop of a run that had already ended could rewrite how it ended, a late "running" could
 follow a node's end. Here every change is an event looked up in one table; what the table
-does not list is refused, and the session (:mod:`ddptui.launch.session`), the only writer of
+does not list is refused, and the session (:mod:`ddptui.live.session`), the only writer of
 a run's state, drops it. The table is pure, so it is tested whole: every allowed move and
 every refused one.
 """
@@ -53,7 +53,7 @@ RUN_TABLE: dict[tuple[RunStatus, RunEvent], RunStatus] = {
     (R.STOPPING, RunEvent.ABORT): R.FAILED,  # stopped while launching: the launch is undone
     (R.STOPPING, RunEvent.END_STOPPED): R.STOPPED,
 }
-#: The run's end, by how it ended (:func:`ddptui.launch.outcome.run_end` says which).
+#: The run's end, by how it ended (:func:`ddptui.outcome.run_end` says which).
 END_EVENT = {R.FINISHED: RunEvent.FINISH, R.FAILED: RunEvent.FAIL,
              R.STOPPED: RunEvent.END_STOPPED}
 

@@ -7,7 +7,7 @@ import time
 
 from ddptui.events import LineRun, LogLine, NodeStatus
 from ddptui.ingest import parse_chunk
-from ddptui.launch.follow import Batch, EventQueue, Finished
+from ddptui.live.follow import Batch, EventQueue, Finished
 from ddptui.nodelog import NodeLogParser
 from ddptui.store.store import Store
 

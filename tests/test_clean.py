@@ -29,8 +29,8 @@ from ddptui.clean.choice import (
     parse_scan,
     removal_request,
 )
-from ddptui.launch import nodeops
-from ddptui.launch.session import Session
+from ddptui.live.session import Session
+from ddptui.remote import nodeops
 
 NOW = 1_000_000.0
 SECRET = "hf_clean-test-secret-value"

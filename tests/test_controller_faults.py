@@ -20,10 +20,10 @@ from test_ssh_run import hosts, only_sshd_left, wait_until
 
 from ddptui.config import load_config
 from ddptui.events import RunStatus
-from ddptui.launch import attach
-from ddptui.launch.evidence import Evidence
-from ddptui.launch.follow import NodeFollower
-from ddptui.launch.session import Session
+from ddptui.live import attach
+from ddptui.live.evidence import Evidence
+from ddptui.live.follow import NodeFollower
+from ddptui.live.session import Session
 from ddptui.run_state import NodeRecord, RunRecord
 from ddptui.telemetry.parse import SamplerParser
 
@@ -35,7 +35,7 @@ DIES_AT = textwrap.dedent("""\
     from pathlib import Path
     from ddptui.config import load_config
     from ddptui.launch import phases, project
-    from ddptui.launch.session import Session
+    from ddptui.live.session import Session
 
     hosts, state, run_id, where = sys.argv[1:5]
     real = phases.release_all

@@ -15,11 +15,11 @@ from test_diagnose import headless_events, node_log
 from ddptui.config import load_config
 from ddptui.diagnose import Cause, diagnose
 from ddptui.events import Event, Level, LogLine, Metric, NodeState, NodeStatus, Source
-from ddptui.launch import evidence as ev_mod
-from ddptui.launch.evidence import Evidence
-from ddptui.launch.follow import Batch, Finished
-from ddptui.launch.outcome import RunResult
-from ddptui.launch.session import Session
+from ddptui.live import evidence as ev_mod
+from ddptui.live.evidence import Evidence
+from ddptui.live.follow import Batch, Finished
+from ddptui.live.session import Session
+from ddptui.outcome import RunResult
 from ddptui.run_state import RunEvent
 
 

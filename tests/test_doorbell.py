@@ -1,4 +1,4 @@
-"""The follower's doorbell (``launch/doorbell.py``): the node program rings when the log
+"""The follower's doorbell (``live/doorbell.py``): the node program rings when the log
 grows, and ends when its channel closes; on the local transport and over real SSH."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from cluster import Cluster
 
 from ddptui.config import NodeConfig, SSHOptions
-from ddptui.launch.doorbell import Doorbell
+from ddptui.live.doorbell import Doorbell
 from ddptui.transport.local import LocalTransport
 from ddptui.transport.ssh import SSHTransport
 
@@ -104,8 +104,8 @@ def test_a_follower_with_a_long_poll_reads_a_line_when_its_doorbell_rings(
 
     from ddptui.config import load_config
     from ddptui.events import LineRun, LogLine
-    from ddptui.launch.follow import Batch
-    from ddptui.launch.session import Session
+    from ddptui.live.follow import Batch
+    from ddptui.live.session import Session
 
     path = write_job(tmp_path, {
         "defaults": {"python": sys.executable, "nproc_per_node": 1, "transport": "local"},

@@ -15,11 +15,13 @@ import pytest
 from jobs import marked_pids, write_job
 
 from ddptui.config import load_config
-from ddptui.launch import nodeops, project, torchrun_tee
+from ddptui.launch import project
 from ddptui.launch.plan import launch_script, make_plan
 from ddptui.launch.ports import Abort
-from ddptui.launch.session import Session
 from ddptui.launch.staging import torchrun_program
+from ddptui.live.session import Session
+from ddptui.nodeprog import torchrun_tee
+from ddptui.remote import nodeops
 from ddptui.store import rundir
 
 
@@ -226,7 +228,7 @@ def test_a_node_whose_hold_ran_out_is_told_as_never_released(tmp_path: Path) -> 
 
     from ddptui.config import NodeConfig
     from ddptui.events import NodeState, NodeStatus
-    from ddptui.launch.follow import EventQueue, Finished, NodeFollower
+    from ddptui.live.follow import EventQueue, Finished, NodeFollower
     from ddptui.nodelog import NodeLogParser
     from ddptui.transport.local import LocalTransport
 
@@ -257,7 +259,7 @@ def test_a_node_whose_hold_ran_out_is_told_as_never_released(tmp_path: Path) -> 
             if isinstance(e, NodeState)]
     assert any(d.startswith("never released") for d in said), said
     from ddptui.faces.headless import failure_report
-    from ddptui.launch.outcome import RunResult, run_exit_code
+    from ddptui.outcome import RunResult, run_exit_code
     from ddptui.store.store import Store
 
     store = Store()
@@ -277,7 +279,7 @@ def test_a_node_end_survives_a_dropped_connection_while_it_is_judged(tmp_path: P
 
     from ddptui.config import NodeConfig
     from ddptui.events import NodeStatus
-    from ddptui.launch.follow import EventQueue, Finished, NodeFollower
+    from ddptui.live.follow import EventQueue, Finished, NodeFollower
     from ddptui.nodelog import NodeLogParser
     from ddptui.transport.base import TransportError
     from ddptui.transport.local import LocalTransport

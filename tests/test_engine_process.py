@@ -22,7 +22,7 @@ from ddptui.chart.rows import chart_rows
 from ddptui.engine.client import EngineClient, EngineProcess, Spare
 from ddptui.engine.wire import EngineError
 from ddptui.events import LogLine, Metric, NodeState, NodeStatus, RunStatus
-from ddptui.launch.outcome import LaunchError
+from ddptui.outcome import LaunchError
 from ddptui.store.store import Store
 
 pytestmark = pytest.mark.timeout(120)

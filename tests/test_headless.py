@@ -16,9 +16,9 @@ from ddptui.faces.headless import (
     format_line,
     run_headless,
 )
-from ddptui.launch.follow import Batch
-from ddptui.launch.outcome import RunResult
+from ddptui.live.follow import Batch
 from ddptui.nccl import NcclFacts
+from ddptui.outcome import RunResult
 from ddptui.store.store import Store
 
 BOILER = "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"

@@ -13,8 +13,8 @@ from ddptui.engine.wire import Backlog, apply_change, decode, encode
 from ddptui.events import Event, LineRun, LogLine, Source
 from ddptui.faces.headless import Printer
 from ddptui.ingest import MIN_RUN, parse_chunk
-from ddptui.launch.evidence import RANK_HEAD, RANK_TAIL, Evidence
-from ddptui.launch.follow import Batch
+from ddptui.live.evidence import RANK_HEAD, RANK_TAIL, Evidence
+from ddptui.live.follow import Batch
 from ddptui.nodelog import NodeLogParser
 from ddptui.store.ring import LineRing
 from ddptui.store.store import Change, Store

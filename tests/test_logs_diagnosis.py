@@ -23,10 +23,10 @@ from ddptui.events import NodeState, NodeStatus
 from ddptui.faces.headless import diagnosis_report
 from ddptui.faces.logs import show_logs
 from ddptui.ingest import parse_chunk
-from ddptui.launch.follow import Batch, Finished
-from ddptui.launch.outcome import node_end
-from ddptui.launch.session import Session
+from ddptui.live.follow import Batch, Finished
+from ddptui.live.session import Session
 from ddptui.nodelog import NodeLogParser
+from ddptui.outcome import node_end
 from ddptui.run_state import NodeRecord, RunEvent
 from ddptui.store import rundir
 

@@ -23,8 +23,8 @@ from jobs import ddptui, marked_pids, run_id_of, seqs, spawn_ddptui, write_job
 from test_ssh_run import hosts, only_sshd_left, wait_until
 
 from ddptui.events import NodeStatus
-from ddptui.launch.liveness import Watch, reached_again
-from ddptui.launch.nodeops import StopResult
+from ddptui.live.liveness import Watch, reached_again
+from ddptui.remote.nodeops import StopResult
 
 
 class Follower:
@@ -340,7 +340,7 @@ def test_the_reaper_fetches_again_what_was_written_until_its_stop() -> None:
     """A rank behind a healed partition writes on until the reaper stops it: the lines
     between the first fetch and the stop are fetched too (seen once in a hunt: the last one
     was missing)."""
-    from ddptui.launch.liveness import Reaper
+    from ddptui.live.liveness import Reaper
 
     done: list[str] = []
 

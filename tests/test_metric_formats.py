@@ -20,9 +20,9 @@ import pytest
 
 from ddptui.events import LogLine, Metric
 from ddptui.ingest import parse_chunk
-from ddptui.launch.torchrun_tee import cut
 from ddptui.metrics.scan import Scanner
 from ddptui.nodelog import NodeLogParser
+from ddptui.nodeprog.torchrun_tee import cut
 
 GPU = Path(__file__).parent / "data" / "metrics-gpu"
 DATA = Path(__file__).parent / "data" / "metrics"

@@ -14,7 +14,7 @@ from ddptui.engine.wire import decode, encode
 from ddptui.events import Event, Metric, MetricRun
 from ddptui.faces.headless import Printer
 from ddptui.ingest import parse_chunk
-from ddptui.launch.follow import Batch
+from ddptui.live.follow import Batch
 from ddptui.metrics.bulk import fits, made
 from ddptui.metrics.points import points
 from ddptui.metrics.recognizers import BUILT_IN

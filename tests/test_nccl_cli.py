@@ -21,9 +21,9 @@ from ddptui.cli import main
 from ddptui.config import load_config
 from ddptui.events import NodeStatus
 from ddptui.faces.nccl import show_nccl
-from ddptui.launch.follow import Batch, Finished
-from ddptui.launch.ncclwatch import facts_from_raw
-from ddptui.launch.session import Session
+from ddptui.live.follow import Batch, Finished
+from ddptui.live.nccl_watch import facts_from_raw
+from ddptui.live.session import Session
 from ddptui.run_state import NodeRecord, RunEvent
 from ddptui.store import rundir
 
@@ -147,11 +147,11 @@ def test_a_run_without_nccl_lines_says_how_to_get_them(tmp_path: Path,
 
 def test_a_raw_log_read_in_pieces_gives_the_same_facts(two_nodes: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from ddptui.launch import ncclwatch
 
     d = rundir.run_dir(two_nodes, "r1")
     whole = facts_from_raw(d, ["gpu0", "gpu1"]).to_dict()
-    monkeypatch.setattr(ncclwatch, "CHUNK", 97)  # cuts nearly every line somewhere
+    from ddptui.live import nccl_watch
+    monkeypatch.setattr(nccl_watch, "CHUNK", 97)  # cuts nearly every line somewhere
     assert facts_from_raw(d, ["gpu0", "gpu1"]).to_dict() == whole
     assert whole["nodes"]["gpu1"]["ranks"]["1"]["lines"] > 400
 

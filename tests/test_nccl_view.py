@@ -179,7 +179,7 @@ def fed_controller(tmp: str) -> Any:
     recorded lines, as its followers would hand them over."""
     from test_nccl_cli import controller
 
-    from ddptui.launch.follow import Batch
+    from ddptui.live.follow import Batch
 
     ctl = controller(Path(tmp))
     ctl.bus.apply([Batch(node, events, {}) for node, events in NcclRun().events.items()])

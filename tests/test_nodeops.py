@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ddptui.ingest import split_complete
-from ddptui.launch import nodeops
+from ddptui.remote import nodeops
 
 
 def sh(cmd: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

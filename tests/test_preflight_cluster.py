@@ -189,8 +189,8 @@ def test_automatic_preflight_over_open_connections(cluster2: Cluster, tmp_path: 
     """Over open SSH connections, as a launch runs it: every check passes without a second
     torch import or a clock check (its cost is measured by bench/preflight.py, not here)."""
     from ddptui.config import load_config
-    from ddptui.launch.preflight import before_launch
-    from ddptui.launch.reach import map_at_once, probe_node
+    from ddptui.launch.precheck import before_launch
+    from ddptui.remote.reach import map_at_once, probe_node
 
     path, _ = hosts_file(cluster2, tmp_path)
     cfg = load_config(path)

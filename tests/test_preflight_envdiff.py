@@ -16,7 +16,7 @@ from ddptui.diagnose.preflight.envdiff import PROJECT, causes, env_changes_torch
 from ddptui.diagnose.preflight.report import TorchInfo
 from ddptui.launch import rank_env
 from ddptui.launch.plan import env_exports, job_env, launch_script, node_env
-from ddptui.launch.reach import probe_as_ranks
+from ddptui.launch.rank_env import probe_as_ranks
 from ddptui.transport.local import LocalTransport
 
 SITE = TorchInfo("2.99.0+site", path="/opt/site/torch")

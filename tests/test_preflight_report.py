@@ -19,7 +19,7 @@ from ddptui.diagnose.preflight import Endpoint, parse_report
 from ddptui.diagnose.preflight.ifname import ifname_problems, nccl_picks, parse_nccl
 from ddptui.diagnose.preflight.probe import NODE_SRC
 from ddptui.diagnose.preflight.report import read_gpus, read_route
-from ddptui.launch.preflight import endpoint_of, node_args
+from ddptui.launch.precheck import endpoint_of, node_args
 
 DATA = Path(__file__).parent / "data" / "preflight"
 
@@ -246,8 +246,8 @@ def test_no_preflight_reaches_the_engines_controller(tmp_path: Path) -> None:
 def test_the_automatic_subset_on_sixteen_nodes(tmp_path: Path) -> None:
     """Sixteen local nodes, the endpoint listening for all sixteen connects (how long it takes
     is bench/preflight.py's business: a timed test fails on a busy machine, not on slow code)."""
-    from ddptui.launch.preflight import before_launch
-    from ddptui.launch.reach import connect, map_at_once
+    from ddptui.launch.precheck import before_launch
+    from ddptui.remote.reach import connect, map_at_once
 
     nodes = tuple(NodeConfig(f"n{i}", "localhost", transport="local",
                              python=sys.executable, workdir=str(tmp_path / f"w{i}"))

@@ -25,7 +25,7 @@ from ddptui.diagnose.preflight.report import (
     read_gpus,
 )
 from ddptui.faces.check import print_check
-from ddptui.launch.preflight import Outcome
+from ddptui.launch.precheck import Outcome
 
 DATA = Path(__file__).parent / "data" / "preflight"
 IPS = {"a": "10.0.0.1", "b": "10.0.0.2", "c": "10.0.0.3"}

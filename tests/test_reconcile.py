@@ -86,7 +86,7 @@ def test_listing_settles_a_stale_run_from_what_was_recorded(tmp_path: Path) -> N
 def test_one_rule_judges_how_a_node_ended() -> None:
     """The follower and ``ddptui logs --check`` both judge by ``outcome.node_end``."""
     from ddptui.events import NodeStatus
-    from ddptui.launch.outcome import node_end
+    from ddptui.outcome import node_end
 
     cases = {  # (exit code, stop requested, hold expired) -> status
         (None, True, False): NodeStatus.STOPPED, (3, True, False): NodeStatus.STOPPED,
@@ -108,9 +108,9 @@ def test_a_check_tells_a_node_never_released_from_a_lost_one(tmp_path: Path) -> 
     would, where a node with no trace at all would be lost."""
     import sys
 
+    from ddptui.afterwards.reconcile import check_run
     from ddptui.config import load_config
-    from ddptui.launch import torchrun_tee
-    from ddptui.launch.reconcile import check_run
+    from ddptui.nodeprog import torchrun_tee
     from ddptui.store import rundir
 
     hosts_file = tmp_path / "hosts.yaml"

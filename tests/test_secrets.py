@@ -32,10 +32,10 @@ from ddptui.config.secrets import (
 )
 from ddptui.events import LogLine
 from ddptui.launch import withheld
-from ddptui.launch.follow import EventQueue, NodeFollower
-from ddptui.launch.outcome import LaunchError
 from ddptui.launch.plan import exported_env, launch_script
+from ddptui.live.follow import EventQueue, NodeFollower
 from ddptui.nodelog import NodeLogParser
+from ddptui.outcome import LaunchError
 
 SECRET_NAMES = [
     "HF_TOKEN", "hf_token", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY", "OPENAI_API_KEY",

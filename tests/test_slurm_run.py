@@ -155,10 +155,10 @@ def test_a_stop_mid_run_leaves_nothing_and_the_allocation_alive(slurm_cluster: S
 LATE_SIGNAL = """
 import os, signal, sys, time
 from ddptui import cli
-from ddptui.launch import stopper
+from ddptui.remote import stop
 from ddptui.slurm import client
 
-said, real = sys.argv.pop(1), stopper.SignalStop.stop
+said, real = sys.argv.pop(1), stop.SignalStop.stop
 
 def late(self, name, transport, target, grace, standby):
     if name == "sn2":
@@ -181,7 +181,7 @@ def late(self, name, transport, target, grace, standby):
                 f.write("ended")
     return real(self, name, transport, target, grace, standby)
 
-stopper.SignalStop.stop = late
+stop.SignalStop.stop = late
 sys.exit(cli.main())
 """
 

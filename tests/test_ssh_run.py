@@ -16,7 +16,7 @@ from cluster import Cluster
 from jobs import ddptui, marked_pids, run_id_of, seqs, spawn_ddptui, write_job
 
 from ddptui.config import load_config
-from ddptui.launch.session import Session
+from ddptui.live.session import Session
 
 pytestmark = [pytest.mark.cluster, pytest.mark.torchrun]
 _ports = itertools.count(29600)

@@ -11,7 +11,7 @@ from test_stall_health import recorded
 
 from ddptui.engine.client import EngineProcess
 from ddptui.events import Stall
-from ddptui.launch.stacks import Stacks
+from ddptui.remote.stacks import Stacks
 
 pytestmark = pytest.mark.timeout(120)
 

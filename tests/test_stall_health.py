@@ -18,8 +18,8 @@ from ddptui.config.model import HealthConfig
 from ddptui.events import Stall
 from ddptui.faces.headless import Printer
 from ddptui.faces.stacks import show_stacks
-from ddptui.launch.follow import Batch
-from ddptui.launch.stacks import (
+from ddptui.live.follow import Batch
+from ddptui.remote.stacks import (
     NodeStacks,
     RankStack,
     Stacks,

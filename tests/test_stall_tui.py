@@ -9,7 +9,7 @@ from test_stall_health import recorded
 from test_tui_app import DashboardUnderTest, FakeController, make_app, settle, sync, toasts
 
 from ddptui.events import Stall
-from ddptui.launch.stacks import Stacks
+from ddptui.remote.stacks import Stacks
 from ddptui.tui.screens.stacks import StacksScreen
 from ddptui.tui.views import ViewKind, ViewSpec
 

@@ -1,4 +1,4 @@
-"""Each node's stop program waits from the start of the run (``launch/standby.py``): a stop is
+"""Each node's stop program waits from the start of the run (``remote/standby.py``): a stop is
 one line to it; one that is gone leaves the usual stop; none outlives its run or touches
 anything when its channel closes. On the local transport and over real SSH."""
 
@@ -17,10 +17,10 @@ from jobs import marked_pids, write_job
 from test_ssh_run import hosts, wait_until
 
 from ddptui.config import NodeConfig, load_config
-from ddptui.launch import nodeops
-from ddptui.launch import standby as standby_module
-from ddptui.launch.session import Session
-from ddptui.launch.standby import Standby
+from ddptui.live.session import Session
+from ddptui.remote import nodeops
+from ddptui.remote import standby as standby_module
+from ddptui.remote.standby import Standby
 from ddptui.store import rundir
 from ddptui.transport.local import LocalTransport
 

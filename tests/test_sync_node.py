@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ddptui.config import NodeConfig
-from ddptui.launch import nodeops
+from ddptui.remote import nodeops
 from ddptui.store import rundir
 from ddptui.sync.push import SyncError, sync_node
 from ddptui.sync.walk import ProjectError, walk

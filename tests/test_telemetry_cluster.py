@@ -19,7 +19,7 @@ from jobs import ddptui, write_job
 from ddptui.config import load_config
 from ddptui.engine.client import EngineClient, EngineProcess
 from ddptui.engine.process import new_run
-from ddptui.launch.session import Session
+from ddptui.live.session import Session
 from ddptui.store import rundir
 from ddptui.store.telemetry import read_telemetry
 

@@ -16,8 +16,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from ddptui.launch import telemetry
-from ddptui.launch.telemetry import FILES, NodeSampler
+from ddptui.live import samplers
+from ddptui.live.samplers import FILES, NodeSampler
 from ddptui.telemetry import sampler
 from ddptui.telemetry.sample import NodeSample
 from ddptui.transport.local import LocalTransport
@@ -130,7 +130,7 @@ def test_without_a_heartbeat_it_ends_by_itself(tmp_path: Path) -> None:
 
 def test_a_lost_heartbeat_while_ddptui_is_here_starts_it_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(telemetry, "RESTART_AFTER_S", 0.0)
+    monkeypatch.setattr(samplers, "RESTART_AFTER_S", 0.0)
     run = Run()
     try:
         s, got, notes = start(tmp_path, run, beat_timeout=2)
@@ -172,7 +172,7 @@ def test_commands_quote_every_value() -> None:
 
 def test_a_node_that_cannot_start_it_says_so_once_and_is_left_alone(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(telemetry, "START_TRIES", 2)
+    monkeypatch.setattr(samplers, "START_TRIES", 2)
     notes: list[str] = []
     s = NodeSampler(node="n1", transport=lambda: None, node_dir=str(tmp_path), run_id="r1",
                     pgid=None, path=None, publish=lambda samples: None,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.launch import torchrun_tee
 from ddptui.launch.staging import torchrun_program
+from ddptui.nodeprog import torchrun_tee
 
 
 class Dst(io.StringIO):

@@ -444,7 +444,7 @@ def test_dead_node(cluster_factory: ClusterFactory) -> None:
 def test_nodes_connect_at_once(cluster2: Cluster) -> None:
     """As the controller connects them (``map_at_once``): N nodes cost what the slowest one does,
     and a dead one is its own error, not the others'."""
-    from ddptui.launch.reach import map_at_once
+    from ddptui.remote.reach import map_at_once
 
     opts = _opts(cluster2, connect_timeout=1.5)
     good = [SSHTransport(NodeConfig(name=h.name, host=h.name), opts) for h in cluster2.hosts]

@@ -21,7 +21,7 @@ from textual.command import CommandPalette
 from ddptui.chart.rows import store_chart
 from ddptui.config import HostsConfig
 from ddptui.events import LogLine, NodeState, NodeStatus, RunStatus
-from ddptui.launch.outcome import LaunchError, RunResult, StopReport
+from ddptui.outcome import LaunchError, RunResult, StopReport
 from ddptui.store.store import Store
 from ddptui.tui.app import DashboardApp
 from ddptui.tui.handle import Chart

@@ -250,7 +250,7 @@ def test_node_change_notices_only_for_changes_not_told_already() -> None:
 
 
 def test_stop_texts() -> None:
-    from ddptui.launch.outcome import RunResult, StopReport
+    from ddptui.outcome import RunResult, StopReport
     from ddptui.tui.notices import (
         finished_notice,
         quit_question,
@@ -276,7 +276,7 @@ def test_stop_texts() -> None:
 def test_toasts_never_headline_torchs_boilerplate_and_tell_the_diagnosis() -> None:
     from ddptui.diagnose import Cause, Diagnosis
     from ddptui.events import Failure
-    from ddptui.launch.outcome import RunResult
+    from ddptui.outcome import RunResult
     from ddptui.tui.notices import failure_notice, finished_notice
 
     boiler = ("To enable traceback see: "

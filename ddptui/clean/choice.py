@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddptui.launch import nodeops
+from ddptui.remote import nodeops
 from ddptui.store import rundir
 
 #: ``--keep``'s default: the newest finished runs stay, so `ddptui logs` keeps recent history.

@@ -32,10 +32,10 @@ from ddptui.clean.choice import (
 )
 from ddptui.config import HostsConfig, NodeConfig
 from ddptui.events import RunStatus
-from ddptui.launch import nodeops
-from ddptui.launch.outcome import LaunchError
 from ddptui.launch.plan import expand_home
-from ddptui.launch.reach import connect, map_at_once
+from ddptui.outcome import LaunchError
+from ddptui.remote import nodeops
+from ddptui.remote.reach import connect, map_at_once
 from ddptui.store import rundir
 from ddptui.store.runs import NODE_FILES_REMOVED, read_run, state_root, write_run
 from ddptui.transport.base import Transport, TransportError

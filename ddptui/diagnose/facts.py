@@ -31,7 +31,7 @@ _RANK_FIELD = re.compile(r"^\s*rank\s*: (\d+) \(local_rank: (\d+)\)")
 _EXIT_FIELD = re.compile(r"^\s*exitcode\s*: (-?\d+)(?: \(pid: (\d+)\))?")
 _CHILD_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)(?: \(pid: (\d+)\))?")
 # The node's tee saying a rank ended with exit code 0 (torchrun logs failures only): see
-# ddptui.launch.torchrun_tee.CLEAN_EXIT.
+# ddptui.nodeprog.torchrun_tee.CLEAN_EXIT.
 _CLEAN_EXIT = re.compile(r"^ddptui: rank (\d+) \(local_rank \d+, pid (\d+)\) exited with code 0$")
 # The agent stopping a worker itself, by pid: a SIGKILL it sent is no out-of-memory kill.
 _SIGNALLED = re.compile(r"process (\d+) (?:closing signal|via signal)|shutdown process (\d+)")

@@ -27,9 +27,9 @@ from ddptui.chart.rows import Run
 from ddptui.config import HostsConfig
 from ddptui.engine.wire import EngineCalls, EngineError, apply_change, decode, unpack_snapshot
 from ddptui.events import RunStatus
-from ddptui.launch.outcome import RunResult, StopReport
-from ddptui.launch.stacks import DUMP_TIMEOUT_S, Stacks
 from ddptui.nccl import NcclFacts
+from ddptui.outcome import RunResult, StopReport
+from ddptui.remote.stacks import DUMP_TIMEOUT_S, Stacks
 from ddptui.store.store import Change, Store
 
 #: How long one :meth:`EngineClient.pump` may keep the dashboard's event loop: a key waits

@@ -28,9 +28,9 @@ from typing import Any, Protocol
 from ddptui.chart.rows import store_chart
 from ddptui.config import HostsConfig
 from ddptui.engine.wire import Backlog, encode, error_payload, pack_snapshot, split_changes
-from ddptui.launch.outcome import RunResult, StopReport
-from ddptui.launch.stacks import Stacks
 from ddptui.nccl import NcclFacts
+from ddptui.outcome import RunResult, StopReport
+from ddptui.remote.stacks import Stacks
 from ddptui.store import rundir
 from ddptui.store.store import Store
 
@@ -40,7 +40,7 @@ MESSAGE_EVENTS = 1000
 
 
 class Runnable(Protocol):
-    """What an engine runs: :class:`ddptui.launch.session.Session` (tests script
+    """What an engine runs: :class:`ddptui.live.session.Session` (tests script
     stand-ins), built in the engine by a target such as :func:`new_run`."""
 
     store: Store
@@ -63,7 +63,7 @@ class Runnable(Protocol):
 # Targets: what an engine runs (module-level so that they pickle by name).
 
 def new_run(config: HostsConfig, state_root: Path | None, preflight: bool = True) -> Runnable:
-    from ddptui.launch.session import Session
+    from ddptui.live.session import Session
 
     ctl = Session(config, state_root=state_root)
     ctl.preflight = preflight
@@ -71,7 +71,7 @@ def new_run(config: HostsConfig, state_root: Path | None, preflight: bool = True
 
 
 def attach_run(run_id: str, state_root: Path | None) -> Runnable:
-    from ddptui.launch.session import Session
+    from ddptui.live.session import Session
 
     return Session.attach(run_id, state_root=state_root)
 

@@ -24,7 +24,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ddptui.events import Level, LineRun, LogLine, Metric, Source
-from ddptui.launch.outcome import LaunchError
+from ddptui.outcome import LaunchError
 from ddptui.store.store import Change, Store
 
 _SOURCES = list(Source)

@@ -11,7 +11,7 @@ import json
 from typing import TextIO
 
 from ddptui.diagnose.preflight import CHECKS, Mark, Verdict
-from ddptui.launch.preflight import Outcome
+from ddptui.launch.precheck import Outcome
 
 _STATUS = {Mark.PASS: "pass", Mark.FAIL: "fail", Mark.SKIP: "n/a"}
 

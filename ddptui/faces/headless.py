@@ -26,11 +26,11 @@ from ddptui.events import (
     Stall,
     format_metric,
 )
-from ddptui.launch.follow import Batch
-from ddptui.launch.outcome import INCOMPLETE_EXIT, RunResult
-from ddptui.launch.session import Session
+from ddptui.live.follow import Batch
+from ddptui.live.session import Session
 from ddptui.metrics.bulk import made
 from ddptui.nccl import nccl_warnings
+from ddptui.outcome import INCOMPLETE_EXIT, RunResult
 from ddptui.store.health import stall_texts
 from ddptui.store.store import Store
 
@@ -200,7 +200,7 @@ def nccl_report(ctl: Session) -> str:
 
 def await_reaper(ctl: Session, out: TextIO) -> None:
     """Wait (bounded) while ddptui seeks lost nodes to stop what the run left there, so that
-    a node that comes back soon holds nothing of it (see :mod:`ddptui.launch.liveness`)."""
+    a node that comes back soon holds nothing of it (see :mod:`ddptui.live.liveness`)."""
     reaper = ctl.reaper
     if reaper is None:
         return

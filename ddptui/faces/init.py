@@ -16,7 +16,7 @@ from typing import Any, TextIO
 import yaml
 
 from ddptui.config import ConfigError, HostsConfig, parse_config
-from ddptui.launch.reach import connect, map_at_once
+from ddptui.remote.reach import connect, map_at_once
 from ddptui.scaffold.hostsfile import HostFacts, render
 from ddptui.scaffold.probe import Found, parse, probe_cmd
 
@@ -118,7 +118,7 @@ def run_init(hosts: list[str], out: Path, *, python: str | None, force: bool,
 def _check(out: Path, stdout: TextIO, stderr: TextIO) -> int:
     from ddptui.config import load_config
     from ddptui.faces.check import print_check
-    from ddptui.launch.preflight import check
+    from ddptui.launch.precheck import check
 
     try:
         cfg = load_config(out)

@@ -26,8 +26,8 @@ def _age(t: float | None) -> str:
 
 def check_stale(base: Path, runs: list[RunSummary], out: TextIO) -> None:
     """Ask the nodes of every stale run what is left of it (``--check``), all at once."""
-    from ddptui.launch.reach import map_at_once
-    from ddptui.launch.reconcile import check_run
+    from ddptui.afterwards.reconcile import check_run
+    from ddptui.remote.reach import map_at_once
 
     stale = [r for r in runs if r.stale]
     for r, got in zip(stale, map_at_once(stale, lambda r: check_run(base, r.run_id)),
@@ -39,8 +39,8 @@ def check_stale(base: Path, runs: list[RunSummary], out: TextIO) -> None:
 
 def show_logs(root: Path | None, run_id: str | None, *, rank: int | None = None,
               node: str | None = None, check: bool = False, out: TextIO = sys.stdout) -> int:
+    from ddptui.afterwards.reconcile import list_settled
     from ddptui.faces.headless import format_line
-    from ddptui.launch.reconcile import list_settled
 
     base = state_root(root)
     if run_id is None:
@@ -111,7 +111,7 @@ def show_logs(root: Path | None, run_id: str | None, *, rank: int | None = None,
 def check_one(base: Path, run_id: str, meta: dict[str, Any], out: TextIO) -> dict[str, Any]:
     """``ddptui logs RUN_ID --check``: a stale run settled as in the listing (from local
     facts, else by asking its nodes); its ``run.json`` as it is then."""
-    from ddptui.launch.reconcile import settle_locally
+    from ddptui.afterwards.reconcile import settle_locally
 
     run = settle_locally(base, summary_of(rundir.run_dir(base, run_id), meta))
     if run.stale:
@@ -122,8 +122,8 @@ def check_one(base: Path, run_id: str, meta: dict[str, Any], out: TextIO) -> dic
 def show_diagnosis(run_dir: Path, meta: dict[str, Any], *, record: bool, out: TextIO) -> None:
     """A failed run's diagnosis, in the headless face's words: the one ``run.json`` holds,
     else one made again from the stored logs (``record``: and kept there)."""
+    from ddptui.afterwards.hindsight import run_diagnosis
     from ddptui.faces.headless import diagnosis_report
-    from ddptui.launch.hindsight import run_diagnosis
 
     found, why_not = run_diagnosis(run_dir, meta, record=record)
     if found is not None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ddptui.events import Level, RunStatus
-from ddptui.launch.ncclwatch import facts_from_raw, keep_line_times
+from ddptui.live.nccl_watch import facts_from_raw, keep_line_times
 from ddptui.nccl import NcclFacts, NcclWarning, nccl_warnings, render_rank, render_table
 from ddptui.nccl.facts import RankFacts
 from ddptui.store import rundir

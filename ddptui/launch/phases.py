@@ -15,12 +15,14 @@ from collections.abc import Callable
 from ddptui.config import NodeConfig
 from ddptui.diagnose.preflight import Mark
 from ddptui.diagnose.preflight.report import TorchInfo
-from ddptui.launch import nodeops, project, rank_env, reserve, staging, withheld
-from ddptui.launch import preflight as node_checks
-from ddptui.launch.outcome import LaunchError
+from ddptui.launch import precheck as node_checks
+from ddptui.launch import project, rank_env, reserve, staging, withheld
 from ddptui.launch.plan import NodeLaunch, Plan, expand_home, make_plan
 from ddptui.launch.ports import Abort, LaunchContext, on_every_node
-from ddptui.launch.reach import map_at_once, probe, probe_as_ranks
+from ddptui.launch.rank_env import probe_as_ranks
+from ddptui.outcome import LaunchError
+from ddptui.remote import nodeops
+from ddptui.remote.reach import map_at_once, probe
 from ddptui.run_state import NodeEvent, NodeRecord
 from ddptui.sync.walk import Walked
 from ddptui.transport.base import TransportError
@@ -31,7 +33,7 @@ def launch(ctx: LaunchContext, *, checks_first: bool, planned: Callable[[Plan], 
     the fast preflight (``--no-preflight``: False).
 
     Unless setup commands must run first, every node's torchrun is started as soon as its
-    node is reached, and holds (see :mod:`ddptui.launch.torchrun_tee`) while the probe, the
+    node is reached, and holds (see :mod:`ddptui.nodeprog.torchrun_tee`) while the probe, the
     preflight and the code sync run: its import of torch overlaps them instead of following
     them. Nothing it does is visible before its release, and an abort stops it like any
     started node; if starting early fails anywhere, it is undone and the launch goes on in
@@ -94,7 +96,7 @@ def reach(ctx: LaunchContext) -> dict[str, str]:
 def probe_all(ctx: LaunchContext, envs: dict[str, rank_env.RankEnv]
               ) -> tuple[dict[str, nodeops.Probe], dict[str, TorchInfo | None]]:
     """Every node's interpreter and torch as its ranks will see them, and the torch a bare
-    login finds there (:func:`ddptui.launch.reach.probe_as_ranks`)."""
+    login finds there (:func:`ddptui.launch.rank_env.probe_as_ranks`)."""
     nodes = list(ctx.config.nodes)
     probes: dict[str, nodeops.Probe] = {}
     bare: dict[str, TorchInfo | None] = {}
@@ -126,7 +128,7 @@ def _probe(ctx: LaunchContext, nodes: list[NodeConfig]
 def preflight(ctx: LaunchContext, probes: dict[str, nodeops.Probe],
               envs: dict[str, rank_env.RankEnv] | None = None,
               bare: dict[str, TorchInfo | None] | None = None) -> None:
-    """The fast preflight over the open connections (``launch/preflight.py``), in the ranks'
+    """The fast preflight over the open connections (``launch/precheck.py``), in the ranks'
     environment: a run that would fail or hang at its rendezvous is not started."""
     outcome = node_checks.before_launch(ctx.config, ctx.pool.all(), probes, envs, bare)
     verdict = outcome.verdict

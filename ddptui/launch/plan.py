@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from ddptui import events
 from ddptui.config import HostsConfig, NodeConfig
 from ddptui.config.values import ENV_NAME
-from ddptui.launch.torchrun_tee import EXIT_NO_PROJECT, EXIT_NOT_RELEASED
+from ddptui.nodeprog.torchrun_tee import EXIT_NO_PROJECT, EXIT_NOT_RELEASED
 from ddptui.store import rundir
 
 #: launch.sh exits with this when the node dir is gone: no torchrun was started.
@@ -34,7 +34,7 @@ class NodeLaunch:
     node_rank: int
     node_dir: str  # absolute on the node (see ddptui.store.rundir); launch.sh runs in it
     #: [python, <node dir>/torchrun.py, *flags, entry..., *args]: torchrun, by the node's own
-    #: python, through :mod:`ddptui.launch.torchrun_tee`
+    #: python, through :mod:`ddptui.nodeprog.torchrun_tee`
     argv: tuple[str, ...]
     env: dict[str, str]  # only what ddptui sets (not the node's whole environment)
     script: str  # the launch.sh text
@@ -280,7 +280,7 @@ def launch_script(
     torchrun runs in it, with it first on ``PYTHONPATH`` (as ``cd project && torchrun``
     would, plus the root importable from any script below it); the node dir's files are
     written by absolute path. With ``hold_s``, torchrun starts in the node dir, holds (see
-    :mod:`ddptui.launch.torchrun_tee`) and enters the project itself once released: the
+    :mod:`ddptui.nodeprog.torchrun_tee`) and enters the project itself once released: the
     synced tree may not exist yet when it starts.
     """
     for value in (*argv, ndir):

@@ -19,8 +19,8 @@ from pathlib import Path
 from ddptui.config import HostsConfig, NodeConfig
 from ddptui.events import Event
 from ddptui.launch.plan import NodeLaunch, Plan
-from ddptui.launch.reach import connect, map_at_once
-from ddptui.launch.stopper import Stopper
+from ddptui.remote.reach import connect, map_at_once
+from ddptui.remote.stop import Stopper
 from ddptui.run_state import NodeEvent
 from ddptui.store.record import Recorder
 from ddptui.transport.base import Transport

@@ -17,9 +17,9 @@ from typing import Any
 
 from ddptui.config.model import JobConfig
 from ddptui.events import Level, LogLine, Source
-from ddptui.launch import nodeops
 from ddptui.launch.plan import NodeLaunch, Plan, expand_home, module_paths, script_in_project
 from ddptui.launch.ports import Abort, LaunchContext, on_every_node
+from ddptui.remote import nodeops
 from ddptui.run_state import NodeEvent
 from ddptui.store import rundir
 from ddptui.sync.push import Plans, sync_node

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from ddptui.config import HostsConfig, NodeConfig
 from ddptui.diagnose.preflight.envdiff import PROJECT, causes, suspects
 from ddptui.diagnose.preflight.report import TorchInfo
-from ddptui.launch import nodeops
 from ddptui.launch.plan import Plan, env_exports, job_env, quote
+from ddptui.remote import nodeops
+from ddptui.remote.reach import found_probe
 from ddptui.transport.base import CommandResult, Transport
 
 #: Marks the bare login's answer in the output; the ranks' answer follows it.
@@ -108,7 +109,7 @@ def torch_of(probe: nodeops.Probe) -> TorchInfo:
 
 
 def probe(transport: Transport, rank: RankEnv) -> tuple[CommandResult, TorchInfo | None]:
-    """The launch probe (:data:`ddptui.launch.nodeops.PROBE_SRC`) in the ranks' environment;
+    """The launch probe (:data:`ddptui.remote.nodeops.PROBE_SRC`) in the ranks' environment;
     its output without the bare line, and the bare login's torch."""
     res = run(transport, rank, nodeops.PROBE_SRC, timeout=60)
     bare, rest = split_bare(res.stdout)
@@ -150,3 +151,11 @@ def ask_causes(transport: Transport, rank: RankEnv, bare: TorchInfo | None
             p = nodeops.parse_probe(text)
             found[name] = torch_of(p) if p is not None else None
     return causes(bare, {n: found.get(n) for n in names})
+
+
+def probe_as_ranks(node: NodeConfig, transport: Transport, rank: RankEnv
+                   ) -> tuple[nodeops.Probe, TorchInfo | None]:
+    """:func:`probe` in the ranks' environment (``env:``, the project on ``PYTHONPATH``), and
+    the torch a bare login finds there, from the same round trip."""
+    res, bare = probe(transport, rank)
+    return found_probe(node, res, bare), bare

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from ddptui.events import ssh_line
 from ddptui.launch.plan import expand_home, quote
 from ddptui.launch.ports import Abort, LaunchContext
-from ddptui.launch.preflight import endpoint_of
+from ddptui.launch.precheck import endpoint_of
 from ddptui.run_state import NodeEvent
 from ddptui.store import rundir
 from ddptui.transport.base import TransportError

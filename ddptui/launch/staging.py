@@ -13,9 +13,10 @@ import time
 from pathlib import Path
 
 from ddptui.config import JobConfig
-from ddptui.launch import nodeops, torchrun_tee
-from ddptui.launch.outcome import LaunchError
 from ddptui.launch.plan import NodeLaunch
+from ddptui.nodeprog import torchrun_tee
+from ddptui.outcome import LaunchError
+from ddptui.remote import nodeops
 from ddptui.store import rundir
 from ddptui.transport.base import Transport
 
@@ -37,7 +38,7 @@ def worker_files() -> list[Path]:
 
 @functools.cache
 def torchrun_program() -> bytes:
-    """The text of :mod:`ddptui.launch.torchrun_tee`, which launch.sh runs as torchrun."""
+    """The text of :mod:`ddptui.nodeprog.torchrun_tee`, which launch.sh runs as torchrun."""
     return Path(torchrun_tee.__file__).read_bytes()
 
 
@@ -109,6 +110,6 @@ def start(transport: Transport, node_launch: NodeLaunch, run_id: str, *,
 
 def release(transport: Transport, node_launch: NodeLaunch) -> bool:
     """Let an early-started torchrun go on; False when it had stopped holding (its wait ran
-    out, see :func:`ddptui.launch.torchrun_tee.hold`) and must be started again."""
+    out, see :func:`ddptui.nodeprog.torchrun_tee.hold`) and must be started again."""
     res = transport.run(nodeops.release_cmd(node_launch.hold_path), timeout=30)
     return res.exit_code == 0

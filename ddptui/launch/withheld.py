@@ -16,9 +16,9 @@ from typing import Any
 from ddptui.config import HostsConfig
 from ddptui.config.secrets import REDACTED, Masker, missing_secrets
 from ddptui.events import LogLine
-from ddptui.launch.outcome import LaunchError
 from ddptui.launch.plan import exported_env
-from ddptui.launch.reach import map_at_once
+from ddptui.outcome import LaunchError
+from ddptui.remote.reach import map_at_once
 from ddptui.store import rundir
 from ddptui.transport.base import Transport
 

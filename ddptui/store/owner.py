@@ -4,7 +4,7 @@ Only a run's controller writes its status, so a controller that dies (a closed t
 SIGKILL, a reboot) leaves ``running`` in ``run.json`` for good. Each controller therefore
 records who it is: host, boot, pid and the pid's start time (a pid alone is reused). From
 that, a reader tells a live run from a stale one with local facts only, at once; asking the
-run's nodes is :mod:`ddptui.launch.reconcile`'s job, and only on request.
+run's nodes is :mod:`ddptui.afterwards.reconcile`'s job, and only on request.
 """
 
 from __future__ import annotations

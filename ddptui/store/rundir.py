@@ -29,10 +29,10 @@ RUN_ID_RE = re.compile(r"[A-Za-z0-9._-]+\Z")
 # On a node, under its workdir.
 NODE_RUNS = ".ddptui/runs"
 LAUNCH_SCRIPT = "launch.sh"
-#: torchrun with ddptui's whole-line tee (``ddptui.launch.torchrun_tee``), run by launch.sh.
+#: torchrun with ddptui's whole-line tee (``ddptui.nodeprog.torchrun_tee``), run by launch.sh.
 TORCHRUN = "torchrun.py"
 NODE_LOG = "node.log"
-#: An early-started torchrun holds while this exists (``ddptui.launch.torchrun_tee.hold``).
+#: An early-started torchrun holds while this exists (``ddptui.nodeprog.torchrun_tee.hold``).
 HOLD = "hold"
 PGID = "pgid"
 EXIT_CODE = "exit_code"

@@ -77,7 +77,7 @@ class Transport(Protocol):
     #: The address the node was reached at (ssh HostName after ~/.ssh/config), for rendezvous.
     address: str
     #: How a run's processes on a node reached this way are stopped: the name of a strategy
-    #: in :mod:`ddptui.launch.stopper` (a scheduler's transport names its own).
+    #: in :mod:`ddptui.remote.stop` (a scheduler's transport names its own).
     stop_kind: str
 
     def connect(self, timeout: float) -> None:

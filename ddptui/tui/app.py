@@ -45,7 +45,7 @@ Runtime = tuple[float, tuple[int, int, int]]
 
 
 def _list_runs(state_root: Path | None) -> list[RunSummary]:
-    from ddptui.launch.reconcile import list_settled
+    from ddptui.afterwards.reconcile import list_settled
     from ddptui.store.runs import state_root as resolve
 
     return list_settled(resolve(state_root))

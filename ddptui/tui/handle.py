@@ -12,9 +12,9 @@ from typing import Protocol
 
 from ddptui.chart.rows import Run
 from ddptui.config import HostsConfig
-from ddptui.launch.outcome import RunResult, StopReport
-from ddptui.launch.stacks import Stacks
 from ddptui.nccl import NcclFacts
+from ddptui.outcome import RunResult, StopReport
+from ddptui.remote.stacks import Stacks
 from ddptui.store.runs import RunSummary
 from ddptui.store.store import Store
 
@@ -38,7 +38,7 @@ class RunHandle(Protocol):
     def result(self) -> RunResult | None: ...
 
     def launch(self) -> None:
-        """Start the run; raises :class:`ddptui.launch.outcome.LaunchError` for what to fix."""
+        """Start the run; raises :class:`ddptui.outcome.LaunchError` for what to fix."""
 
     def stop(self, grace: float | None = None) -> StopReport: ...
 

@@ -16,7 +16,7 @@ from textual.reactive import reactive
 
 from ddptui.config import HostsConfig
 from ddptui.engine.wire import EngineError
-from ddptui.launch.outcome import LaunchError
+from ddptui.outcome import LaunchError
 from ddptui.store.runs import RunSummary
 from ddptui.store.store import Store
 from ddptui.tui.handle import Attacher, RunFactory, RunHandle, RunLister

@@ -13,7 +13,7 @@ from textual.notifications import SeverityLevel
 
 from ddptui.diagnose.signatures import own_cause
 from ddptui.events import Failure, NodeStatus, Stall
-from ddptui.launch.outcome import RunResult, StopReport
+from ddptui.outcome import RunResult, StopReport
 from ddptui.store.health import stall_texts
 from ddptui.store.views import NodeView
 

@@ -25,7 +25,7 @@ READ_WHOLE = 4 << 20
 WINDOWS = 1024
 WINDOW = 4096
 #: A record is read whole up to this size: a run of a flood's metric lines (one follower read,
-#: ``ddptui.launch.follow.CHUNK``) is one record, far longer than a window.
+#: ``ddptui.live.follow.CHUNK``) is one record, far longer than a window.
 LONGEST = 16 << 20
 #: Points kept per series: a chart 1000 columns wide draws no more (min and max per column).
 MAX_POINTS = 2000

@@ -2,7 +2,7 @@
 anything starts, so a run that would fail or hang is named and not launched.
 
 ``probe`` is the program a node runs, ``report`` reads its answer, ``rules`` judge all the
-answers together; all pure. ``ddptui.launch.preflight`` runs the program on the nodes.
+answers together; all pure. ``ddptui.launch.precheck`` runs the program on the nodes.
 """
 
 from ddptui.diagnose.preflight.report import NodeReport, parse_report

@@ -3,7 +3,7 @@
 One program per node, and every question in it at once (threads): an SSH round trip costs
 more than most of the answers, and sixteen nodes must be checked in about the time one is.
 It prints one JSON line, which :mod:`ddptui.diagnose.preflight.report` reads; it judges
-nothing. Its one argument is a JSON object (see ``launch/preflight.py``), so no value of the
+nothing. Its one argument is a JSON object (see ``launch/precheck.py``), so no value of the
 hosts file ever becomes program text.
 
 The rendezvous port is tested the way torchrun will use it: the endpoint node binds it as
@@ -298,4 +298,4 @@ out["time"] = time.time()
 print(json.dumps(dict(out)), flush=True)
 os._exit(0)  # now: an interpreter's teardown (torch's) would skew the clock reading
 '''
-"""The node program; its one argument is the JSON object built by ``launch/preflight.py``."""
+"""The node program; its one argument is the JSON object built by ``launch/precheck.py``."""

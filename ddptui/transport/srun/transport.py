@@ -38,7 +38,7 @@ _ABSENT = 66
 class SrunTransport:
     """A node of allocation ``job``; one controller thread plus occasional other callers."""
 
-    stop_kind = "slurm"  # signal and cancel the run's step (ddptui.launch.stopper)
+    stop_kind = "slurm"  # signal and cancel the run's step (ddptui.remote.stop)
 
     def __init__(self, node: NodeConfig, job: str) -> None:
         self.node = node.name

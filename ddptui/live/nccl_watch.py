@@ -2,7 +2,7 @@
 in ``run.json``, and read back from a run directory's raw node logs.
 
 Live, the facts see only the lines the event parser already classed as NCCL, handed over a
-batch at a time by :class:`ddptui.launch.evidence.Evidence`, whose loop looks at every line
+batch at a time by :class:`ddptui.live.evidence.Evidence`, whose loop looks at every line
 anyway; so a run without ``NCCL_DEBUG`` pays one comparison per line for them. From disk
 (``ddptui nccl``, an attach), only lines holding NCCL's token reach the event parser.
 """

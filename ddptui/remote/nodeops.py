@@ -19,7 +19,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from ddptui.launch import torchrun_tee
+from ddptui.nodeprog import torchrun_tee
 from ddptui.store import rundir
 from ddptui.sync import remote
 from ddptui.transport.base import Detached
@@ -113,7 +113,7 @@ AGENT_WAIT = 0.1
 marker = sys.argv[1].encode()
 grace = sys.argv[2]
 pgid = int(sys.argv[3])
-if grace == "-":  # on standby (launch/standby.py): the grace comes on stdin, and with it the go
+if grace == "-":  # on standby (remote/standby.py): the grace comes on stdin, and with it the go
     grace = sys.stdin.readline().strip()
     if not grace:  # end of file: its controller is done with it, nothing to stop
         sys.exit(0)
@@ -201,7 +201,7 @@ def probe_cmd(python: str) -> str:
 def stop_cmd(python: str, run_id: str, node_rank: int, grace: float | None, pgid: int | None,
              node_dir: str) -> str:
     """``grace`` None: the program on standby, which reads the grace from its stdin when the
-    stop comes (see :mod:`ddptui.launch.standby`)."""
+    stop comes (see :mod:`ddptui.remote.standby`)."""
     return python_cmd(python, STOP_SRC, marker(run_id, node_rank),
                       "-" if grace is None else f"{grace:g}", str(pgid or 0),
                       rundir.in_node_dir(node_dir, rundir.STOP_REQUESTED), no_site=True)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from ddptui.config import HostsConfig
 from ddptui.events import Event, Level
 from ddptui.ingest import split_complete
-from ddptui.launch.reach import map_at_once
+from ddptui.remote.reach import map_at_once
 from ddptui.store import rundir
 from ddptui.telemetry import sampler
 from ddptui.telemetry.parse import SamplerParser

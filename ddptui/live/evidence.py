@@ -7,7 +7,7 @@ own, and warnings and errors are a stream apart from plain lines, so a flood of 
 after an error cannot push the error out. Memory is bounded by the number of streams (a
 handful per rank and per node), whatever the ranks print.
 
-The same loop hands NCCL's lines to the run's NCCL facts (:mod:`ddptui.launch.ncclwatch`).
+The same loop hands NCCL's lines to the run's NCCL facts (:mod:`ddptui.live.nccl_watch`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from ddptui.events import (
     NodeState,
     Source,
 )
-from ddptui.launch.ncclwatch import NcclWatch
+from ddptui.live.nccl_watch import NcclWatch
 from ddptui.store.store import Store
 
 #: Lines kept per rank stream (its first ``head``, then its last ``tail``): a rank has up to

@@ -20,7 +20,7 @@ import contextlib
 import threading
 import time
 
-from ddptui.launch import nodeops
+from ddptui.remote import nodeops
 from ddptui.transport.base import Spawned, Transport, TransportError
 
 #: How long a standby may take to say it heard: a connection that died without a word

@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 
 from ddptui.config import HostsConfig, NodeConfig
 from ddptui.diagnose.preflight.report import TorchInfo
-from ddptui.launch import nodeops, rank_env
-from ddptui.launch.outcome import LaunchError
+from ddptui.outcome import LaunchError
+from ddptui.remote import nodeops
 from ddptui.transport.base import CommandResult, Transport
 from ddptui.transport.factory import make_transport
 
@@ -54,18 +54,10 @@ def probe_node(node: NodeConfig, config: HostsConfig) -> tuple[Transport, nodeop
 
 def probe(node: NodeConfig, transport: Transport) -> nodeops.Probe:
     """The node's interpreter and torch, or a :class:`LaunchError` that says how to fix them."""
-    return _found(node, transport.run(nodeops.probe_cmd(node.python), timeout=60))
+    return found_probe(node, transport.run(nodeops.probe_cmd(node.python), timeout=60))
 
 
-def probe_as_ranks(node: NodeConfig, transport: Transport, rank: rank_env.RankEnv
-                   ) -> tuple[nodeops.Probe, TorchInfo | None]:
-    """:func:`probe` in the ranks' environment (``env:``, the project on ``PYTHONPATH``), and
-    the torch a bare login finds there, from the same round trip."""
-    res, bare = rank_env.probe(transport, rank)
-    return _found(node, res, bare), bare
-
-
-def _found(node: NodeConfig, res: CommandResult, bare: TorchInfo | None = None
+def found_probe(node: NodeConfig, res: CommandResult, bare: TorchInfo | None = None
            ) -> nodeops.Probe:
     found = nodeops.parse_probe(res.stdout)
     where = f"node {node.name} ({node.host})"

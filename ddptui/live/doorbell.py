@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 
-from ddptui.launch.nodeops import python_cmd
+from ddptui.remote.nodeops import python_cmd
 from ddptui.transport.base import Spawned, Transport, TransportError
 
 #: argv: the log's path. stdin: one line per wait of the follower, the size it has read up to

@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from ddptui.config import HostsConfig
-from ddptui.launch.outcome import StopReport
-from ddptui.launch.reach import connect
-from ddptui.launch.stopper import Stopper, stop_all, targets
+from ddptui.outcome import StopReport
+from ddptui.remote.reach import connect
+from ddptui.remote.stop import Stopper, stop_all, targets
 from ddptui.run_state import RunRecord
 from ddptui.store.owner import Owner, owner_of
 from ddptui.store.runs import read_run

@@ -3,7 +3,7 @@ node, the failure policy, the reaper, ``ddptui stop`` beside a live ddptui) come
 
 How a node is stopped depends on how it was reached: a strategy named by the transport's
 ``stop_kind``. Over SSH and locally it is signals: the node's stop program, waiting on
-standby (:mod:`ddptui.launch.standby`) or started afresh, SIGTERMs every process of the run
+standby (:mod:`ddptui.remote.standby`) or started afresh, SIGTERMs every process of the run
 there, waits for the grace, SIGKILLs what is left and reports what survived. A scheduler's
 transport adds its own strategy (e.g. signalling and cancelling a job step) in
 :data:`STRATEGIES`, and every trigger above uses it with no change.
@@ -18,10 +18,10 @@ from typing import Protocol
 
 from ddptui.config import HostsConfig
 from ddptui.events import Level
-from ddptui.launch import nodeops
-from ddptui.launch.outcome import StopReport
-from ddptui.launch.reach import map_at_once
-from ddptui.launch.standby import Standby
+from ddptui.outcome import StopReport
+from ddptui.remote import nodeops
+from ddptui.remote.reach import map_at_once
+from ddptui.remote.standby import Standby
 from ddptui.run_state import NodeRecord
 from ddptui.slurm import client
 from ddptui.slurm.jobinfo import SlurmError

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ddptui.config import HostsConfig
-from ddptui.launch import nodeops
+from ddptui.remote import nodeops
 from ddptui.store import rundir
 from ddptui.transport.base import Transport
 
@@ -139,7 +139,7 @@ def parse_stacks(node: str, python: str, stdout: str, stderr: str = "") -> NodeS
 def collect(run_id: str, config: HostsConfig, transports: Mapping[str, Transport], *,
             nodes: list[str] | None = None, rank: int | None = None) -> list[NodeStacks]:
     """The stacks of the ranks on ``nodes`` (default: every node), or of ``rank`` only."""
-    from ddptui.launch.reach import map_at_once  # here: the dashboard imports the types
+    from ddptui.remote.reach import map_at_once  # here: the dashboard imports the types
 
     names = nodes or [n.name for n in config.nodes]
     want = None if rank is None else {rank}

@@ -2,13 +2,12 @@
 
 The local raw copy is the source of truth for "how far have we read": only whole lines are
 appended to it, so its size is always a valid remote offset, and ``ddptui attach`` resumes
-from there with nothing lost or read twice. Partial lines wait in memory until their newline
-arrives (or the job ends).
+from there with nothing lost or read twice. Partial lines wait for their newline (or the end).
 
 Liveness: a follower only reports trouble and keeps reconnecting; it records when it last
 heard from its node (``last_heard``). Declaring a node lost is the controller's watch's
-decision (:mod:`ddptui.launch.liveness`), because a read on a partitioned link blocks
-rather than fails, and a blocked thread cannot judge its own silence.
+decision (:mod:`ddptui.live.liveness`): a read on a partitioned link blocks rather than
+fails, and a blocked thread cannot judge its own silence.
 """
 
 from __future__ import annotations
@@ -26,11 +25,12 @@ from typing import BinaryIO
 from ddptui.config.secrets import Masker
 from ddptui.events import Event, Level, LineRun, LogLine, NodeState, NodeStatus, Source, ssh_line
 from ddptui.ingest import parse_chunk, split_complete
-from ddptui.launch import nodeops, torchrun_tee
-from ddptui.launch.doorbell import Doorbell
-from ddptui.launch.outcome import node_end
+from ddptui.live.doorbell import Doorbell
 from ddptui.metrics.scan import Scanner
 from ddptui.nodelog import NodeLogParser
+from ddptui.nodeprog import torchrun_tee
+from ddptui.outcome import node_end
+from ddptui.remote import nodeops
 from ddptui.store import rundir
 from ddptui.transport.base import Transport, TransportError
 

@@ -28,10 +28,10 @@ from ddptui.config import HostsConfig
 from ddptui.diagnose import Diagnosis
 from ddptui.events import Event, Level, LogLine, NodeState, NodeStatus, RunStatus, Source
 from ddptui.ingest import parse_chunk, split_complete
-from ddptui.launch.evidence import Evidence
-from ddptui.launch.outcome import node_end
+from ddptui.live.evidence import Evidence
 from ddptui.metrics.scan import AUTO, Scanners
 from ddptui.nodelog import NodeLogParser
+from ddptui.outcome import node_end
 from ddptui.store import rundir
 from ddptui.store.runs import write_run
 

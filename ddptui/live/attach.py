@@ -17,12 +17,13 @@ from ddptui.bars import BarKeeper
 from ddptui.config import HostsConfig
 from ddptui.events import Level
 from ddptui.ingest import parse_chunk, split_complete
-from ddptui.launch import nodeops, torchrun_tee
-from ddptui.launch.outcome import LaunchError
 from ddptui.launch.ports import NodePool
-from ddptui.launch.reach import map_at_once
 from ddptui.metrics.scan import Scanner
 from ddptui.nodelog import NodeLogParser
+from ddptui.nodeprog import torchrun_tee
+from ddptui.outcome import LaunchError
+from ddptui.remote import nodeops
+from ddptui.remote.reach import map_at_once
 from ddptui.run_state import NodeRecord, RunRecord
 from ddptui.store import rundir
 from ddptui.store.runs import no_run, read_run

@@ -25,11 +25,12 @@ from ddptui.diagnose.preflight import Endpoint, Mark, NodeReport, Verdict, judge
 from ddptui.diagnose.preflight.envdiff import env_changes_torch
 from ddptui.diagnose.preflight.probe import NODE_SRC
 from ddptui.diagnose.preflight.report import TorchInfo
-from ddptui.launch import nodeops, rank_env
+from ddptui.launch import rank_env
 from ddptui.launch.plan import expand_home
 from ddptui.launch.project import project_dirs
 from ddptui.launch.rank_env import torch_of
-from ddptui.launch.reach import connect, map_at_once
+from ddptui.remote import nodeops
+from ddptui.remote.reach import connect, map_at_once
 from ddptui.sync.walk import walk
 from ddptui.transport.base import Transport, TransportError
 

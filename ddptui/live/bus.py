@@ -16,8 +16,8 @@ from typing import Any
 
 from ddptui.bars import BarKeeper
 from ddptui.events import Event
-from ddptui.launch.evidence import Evidence
-from ddptui.launch.follow import Batch, EventQueue, Finished
+from ddptui.live.evidence import Evidence
+from ddptui.live.follow import Batch, EventQueue, Finished
 from ddptui.store.store import Store
 
 #: What the faces' listeners see: every batch, in order, on the consumer thread.

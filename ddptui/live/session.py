@@ -1,11 +1,9 @@
 """One run, from launch (or attach) to its end: the only writer of its state.
 
-The session owns what the run is (its state and each node's, by the table in
-:mod:`ddptui.run_state`), what it has recorded (``run.json``, through one
+It owns the run's state and each node's (:mod:`ddptui.run_state`), ``run.json`` (one
 :class:`~ddptui.store.record.Recorder`), its connections, followers and watches. The launch
-phases (:mod:`ddptui.launch.phases`), the watches (:mod:`ddptui.launch.liveness`), the
-samplers and the stopper are handed what they need, never the session. Every stop goes
-through one :class:`~ddptui.launch.stopper.Stopper`.
+phases, the watches, the samplers and the stopper are handed what they need, never the
+session. Every stop goes through one :class:`~ddptui.remote.stop.Stopper`.
 
 Faces (the dashboard's engine, the headless printer) read ``session.store``; the headless face
 also registers a listener that sees every batch, so it can print every line in order.
@@ -23,24 +21,26 @@ from typing import Any
 from ddptui.config import HostsConfig
 from ddptui.config.secrets import config_masker
 from ddptui.events import Event, Level, NodeState, NodeStatus, RunStatus, ssh_line
-from ddptui.launch import attach, phases, torchrun_tee, withheld
-from ddptui.launch.bus import EventBus, Listener
-from ddptui.launch.evidence import Evidence
-from ddptui.launch.faults import OwnFaults
-from ddptui.launch.follow import Batch, Finished, NodeFollower, read_size, tune_gc
-from ddptui.launch.liveness import Reaper, Watch, fetch_into, reap
-from ddptui.launch.outcome import LaunchError, RunResult, StopReport, run_end
+from ddptui.launch import phases, withheld
 from ddptui.launch.plan import Plan, new_run_id
 from ddptui.launch.ports import Abort, LaunchContext, NodePool
-from ddptui.launch.reach import map_at_once
-from ddptui.launch.stacks import Stacks, take
-from ddptui.launch.standby import Standby
-from ddptui.launch.stopper import Stopper, stop_all, targets
-from ddptui.launch.telemetry import Samplers
-from ddptui.launch.watch import HealthWatch
+from ddptui.live import attach
+from ddptui.live.bus import EventBus, Listener
+from ddptui.live.evidence import Evidence
+from ddptui.live.faults import OwnFaults
+from ddptui.live.follow import Batch, Finished, NodeFollower, read_size, tune_gc
+from ddptui.live.liveness import Reaper, Watch, fetch_into, reap
+from ddptui.live.samplers import Samplers
+from ddptui.live.stalls import HealthWatch
 from ddptui.metrics.scan import Scanners
 from ddptui.nccl import NcclFacts
 from ddptui.nodelog import NodeLogParser
+from ddptui.nodeprog import torchrun_tee
+from ddptui.outcome import LaunchError, RunResult, StopReport, run_end
+from ddptui.remote.reach import map_at_once
+from ddptui.remote.stacks import Stacks, take
+from ddptui.remote.standby import Standby
+from ddptui.remote.stop import Stopper, stop_all, targets
 from ddptui.run_state import (
     END_EVENT,
     STATUS_AFTER,
@@ -282,7 +282,7 @@ class Session:
         self._done.set()
 
     def stacks(self, rank: int | None = None, nodes: list[str] | None = None) -> Stacks:
-        """The ranks' Python stacks now (:mod:`ddptui.launch.stacks`), saved in the run dir."""
+        """The ranks' Python stacks now (:mod:`ddptui.remote.stacks`), saved in the run dir."""
         return take(self.run_id, self.config, self.pool.all(), self.local_dir, nodes=nodes,
                     rank=rank, mask=self.masker.text)
 

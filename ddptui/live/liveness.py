@@ -13,7 +13,7 @@ declared lost for it; a run of one node is the exception, as nothing tells the t
 go on without the lost one: they would wait in a collective until its timeout (half an hour
 with gloo's default). So once a node is lost, the watch stops every node still running
 (SIGTERM, ``job.stop_grace``, SIGKILL) and the run ends as failed, exit code
-:data:`ddptui.launch.outcome.LOST_EXIT`, with the lost node as the diagnosis's cause. If the
+:data:`ddptui.outcome.LOST_EXIT`, with the lost node as the diagnosis's cause. If the
 others have already exited, the run simply ends.
 
 **What the lost node left running.** Its processes may well be alive behind the partition,
@@ -34,10 +34,10 @@ from collections.abc import Callable, Mapping
 from ddptui.bars import BarKeeper
 from ddptui.config import HostsConfig
 from ddptui.events import LineRun, LogLine, NodeStatus
-from ddptui.launch.follow import NodeFollower
-from ddptui.launch.nodeops import StopResult
-from ddptui.launch.reach import connect
-from ddptui.launch.stopper import Stopper
+from ddptui.live.follow import NodeFollower
+from ddptui.remote.nodeops import StopResult
+from ddptui.remote.reach import connect
+from ddptui.remote.stop import Stopper
 from ddptui.store.record import Recorder
 from ddptui.store.store import Store
 from ddptui.transport.base import Transport

@@ -28,9 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddptui import outcome
 from ddptui.events import NodeStatus, RunStatus
-from ddptui.launch import nodeops, outcome, torchrun_tee
-from ddptui.launch.outcome import node_end
+from ddptui.nodeprog import torchrun_tee
+from ddptui.outcome import node_end
+from ddptui.remote import nodeops
 from ddptui.store import rundir
 from ddptui.store.runs import RunSummary, list_runs, read_run, summary_of, write_run
 
@@ -148,7 +150,7 @@ def list_settled(root: Path) -> list[RunSummary]:
 
 def _ask(meta: dict[str, Any], run_id: str, node: dict[str, Any]) -> dict[str, Any]:
     from ddptui.config import HostsConfig
-    from ddptui.launch.reach import connect
+    from ddptui.remote.reach import connect
 
     config = HostsConfig.from_dict(meta["config"])
     cfg = config.node(str(node["name"]))
@@ -174,7 +176,7 @@ def _ask(meta: dict[str, Any], run_id: str, node: dict[str, Any]) -> dict[str, A
 
 def check_run(root: Path, run_id: str) -> Checked:
     """Ask every node of a run what is left of it; record the end when nothing is."""
-    from ddptui.launch.reach import map_at_once
+    from ddptui.remote.reach import map_at_once
 
     meta = read_run(root, run_id)
     nodes = list(meta.get("nodes", []))

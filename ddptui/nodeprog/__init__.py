@@ -1,0 +1,1 @@
+"""Programs that run on the nodes, kept as real modules and shipped as files."""

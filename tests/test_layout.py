@@ -1,6 +1,7 @@
-"""The house rules that the folder tree promises: short modules, imports that follow the flow
-(config -> plan -> launch -> store -> faces) without circles, a pure core, and a wheel that
-ships every package."""
+"""The house rules that the folder tree promises: short modules, folders a reader can take in,
+imports that follow the order docs/architecture.md states (read from it) without circles, a
+dashboard that reaches a run only through the engine, a pure core, and a wheel that ships
+every package."""
 
 from __future__ import annotations
 
@@ -15,11 +16,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_LINES = 400
-#: The pure core: what a hosts-file value becomes before anything touches a node.
-CORE = ("ddptui.config", "ddptui.events", "ddptui.nodelog", "ddptui.ingest", "ddptui.launch.plan")
+#: Modules directly in one folder of ddptui/: past this, a folder is a heap, not a room.
+MAX_MODULES = 20
+#: Where the order of the packages is written, in its ```layers block (bottom first).
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+#: The pure core: what a hosts-file value becomes before anything touches a node, and every
+#: reading and judging of what comes back (docs/architecture.md, "Pure core").
+CORE = ("ddptui.config", "ddptui.events", "ddptui.nodelog", "ddptui.ingest", "ddptui.bars",
+        "ddptui.run_state", "ddptui.metrics", "ddptui.nccl", "ddptui.telemetry",
+        "ddptui.chart", "ddptui.launch.plan", "ddptui.store.rundir")
 NOT_IN_CORE = ("paramiko", "subprocess", "textual")
-#: The top of the flow: nothing below it may import it.
-FACES = ("ddptui.cli", "ddptui.tui", "ddptui.faces")
+#: What the dashboard reaches only through the engine's client and plain view types: the
+#: run's machinery and the ways to a node.
+BEHIND_THE_ENGINE = ("ddptui.launch", "ddptui.live", "ddptui.remote", "ddptui.afterwards",
+                     "ddptui.transport", "ddptui.slurm")
 
 
 def _sources() -> Iterator[tuple[str, Path]]:
@@ -75,7 +85,11 @@ def imports(module: str, path: Path, modules: frozenset[str] = frozenset(), *,
 
 
 def _graph(typing_too: bool = False) -> dict[str, set[str]]:
-    sources = dict(_sources())
+    return graph_of(dict(_sources()), typing_too=typing_too)
+
+
+def graph_of(sources: dict[str, Path], *, typing_too: bool = False) -> dict[str, set[str]]:
+    """Each of ``sources``' modules -> the others it imports."""
     modules = frozenset(sources)
     return {m: {i for i in imports(m, p, modules, typing_too=typing_too)
                 if i in sources and i != m} for m, p in sources.items()}
@@ -121,16 +135,134 @@ def _package(module: str) -> str:
     return ".".join(parts[:2])
 
 
-def test_packages_import_each_other_without_a_circle() -> None:
-    """Between rooms the arrows point one way: a package that imports another is never
-    imported by it, however indirectly."""
+def _packages(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     packages: dict[str, set[str]] = {}
-    for m, deps in _graph(typing_too=True).items():
+    for m, deps in graph.items():
         packages.setdefault(_package(m), set()).update(
             _package(d) for d in deps if _package(d) != _package(m))
     packages.pop("ddptui", None)  # the package root holds only the version
-    cycle = _cycle(packages)
+    return packages
+
+
+def test_packages_import_each_other_without_a_circle() -> None:
+    """Between rooms the arrows point one way: a package that imports another is never
+    imported by it, however indirectly."""
+    cycle = _cycle(_packages(_graph(typing_too=True)))
     assert cycle is None, "package circle: " + " -> ".join(cycle or [])
+
+
+def layers_in(doc: Path) -> list[list[str]]:
+    """The packages of ``doc``'s ```layers block, one layer a line, bottom first, each named
+    under ``ddptui.``; a ``#`` starts the reader's words. The doc is the one place the order
+    is written, so the test cannot drift from what a reader is told."""
+    lines = doc.read_text().splitlines()
+    assert "```layers" in lines, f"{doc.name} has no ```layers block"
+    start = lines.index("```layers") + 1
+    block = lines[start:lines.index("```", start)]
+    return [[f"ddptui.{name}" for name in words]
+            for line in block if (words := line.split("#")[0].split())]
+
+
+def against_the_order(graph: dict[str, set[str]], layers: list[list[str]]) -> list[str]:
+    """Each import of a package on the same layer or one above, each package in no layer or
+    in two, and each layer's name that is no package: a package imports only those below
+    it, so the order read bottom to top is an order to read the code in."""
+    graph = {m: deps for m, deps in graph.items() if m.split(".")[0] == "ddptui"}
+    level: dict[str, int] = {}
+    wrong = []
+    for n, layer in enumerate(layers, 1):
+        for package in layer:
+            if package in level:
+                wrong.append(f"{package} is on layers {level[package]} and {n}")
+            level[package] = n
+    packages = _packages(graph)
+    wrong += [f"{p} is on no layer" for p in sorted(set(packages) - set(level))]
+    wrong += [f"{p} is on layer {level[p]} but is no package"
+              for p in sorted(set(level) - set(packages))]
+    for m, deps in sorted(graph.items()):
+        mine = level.get(_package(m))
+        wrong += [f"{m} (layer {mine}) imports {d} (layer {level[_package(d)]})"
+                  for d in sorted(deps) if _package(d) != _package(m) and mine is not None
+                  and level.get(_package(d), 0) >= mine]
+    return wrong
+
+
+def test_packages_import_only_those_below_them_in_the_documented_order() -> None:
+    """Imports made only for the type checker count, as for circles."""
+    wrong = against_the_order(_graph(typing_too=True), layers_in(ARCHITECTURE))
+    assert wrong == [], "against docs/architecture.md's order of layers:\n" + "\n".join(wrong)
+
+
+def test_the_order_check_names_an_import_upward_and_a_package_left_out(tmp_path: Path) -> None:
+    doc = tmp_path / "architecture.md"
+    doc.write_text("# x\n\n```layers\nevents     # bottom\nconfig store   # peers\ncli\n```\n")
+    files = {"ddptui.events": "", "ddptui.config.values": "import ddptui.events\n",
+             "ddptui.store.views": "from ddptui.config import values\n",
+             "ddptui.cli": "from ddptui import store\nimport ddptui.events\n"}
+    graph = _graph_in(tmp_path, files)
+    assert against_the_order(graph, layers_in(doc)) == [
+        "ddptui.store.views (layer 2) imports ddptui.config.values (layer 2)"]
+    files["ddptui.events"] = "from ddptui.config import values\n"
+    files["ddptui.metrics"] = ""
+    assert against_the_order(_graph_in(tmp_path, files), layers_in(doc)) == [
+        "ddptui.metrics is on no layer",
+        "ddptui.events (layer 1) imports ddptui.config.values (layer 2)",
+        "ddptui.store.views (layer 2) imports ddptui.config.values (layer 2)"]
+
+
+def _graph_in(tmp_path: Path, files: dict[str, str]) -> dict[str, set[str]]:
+    """The import graph of modules written under ``tmp_path``, each from its text."""
+    sources = {}
+    for module, text in files.items():
+        path = tmp_path / (module.replace(".", "_") + ".py")
+        path.write_text(text)
+        sources[module] = path
+    return graph_of(sources, typing_too=True)
+
+
+def around_the_engine(graph: dict[str, set[str]]) -> list[str]:
+    """Each import by the dashboard of what only the engine may touch."""
+    return [f"{m} imports {d}" for m, deps in sorted(graph.items()) for d in sorted(deps)
+            if _package(m) == "ddptui.tui" and _package(d) in BEHIND_THE_ENGINE]
+
+
+def test_the_dashboard_reaches_a_run_only_through_the_engine() -> None:
+    """Type-only imports count: a view type the dashboard needs belongs in a plain module
+    that both sides import, not in the run's machinery."""
+    wrong = around_the_engine(_graph(typing_too=True))
+    assert wrong == [], "the dashboard reaches around the engine:\n" + "\n".join(wrong)
+
+
+def test_the_engine_check_names_a_dashboard_module_under_type_checking(tmp_path: Path) -> None:
+    graph = _graph_in(tmp_path, {
+        "ddptui.tui.app": "from ddptui.engine import client\n",
+        "ddptui.tui.widgets.log": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                  "    from ddptui.live.session import Session\n",
+        "ddptui.engine.client": "from ddptui.live import session\n",
+        "ddptui.live.session": ""})
+    assert around_the_engine(graph) == ["ddptui.tui.widgets.log imports ddptui.live.session"]
+
+
+def crowded(package: Path) -> list[str]:
+    """Each folder of ``package`` (itself included) with more than MAX_MODULES modules
+    directly in it, its ``__init__`` aside."""
+    folders = {package, *(p.parent for p in package.rglob("*.py"))}
+    counts = {d: sum(p.name != "__init__.py" for p in d.glob("*.py")) for d in sorted(folders)}
+    return [f"{d.relative_to(package.parent)}/: {n} modules (at most {MAX_MODULES})"
+            for d, n in counts.items() if n > MAX_MODULES]
+
+
+def test_no_folder_holds_more_than_twenty_modules() -> None:
+    assert crowded(ROOT / "ddptui") == []
+
+
+def test_the_folder_check_names_a_crowded_folder(tmp_path: Path) -> None:
+    for folder, n in (("pkg", 3), ("pkg/heap", MAX_MODULES + 1), ("pkg/room", MAX_MODULES)):
+        (tmp_path / folder).mkdir()
+        for i in range(n):
+            (tmp_path / folder / f"m{i}.py").write_text("")
+        (tmp_path / folder / "__init__.py").write_text("")
+    assert crowded(tmp_path / "pkg") == [f"pkg/heap/: {MAX_MODULES + 1} modules (at most 20)"]
 
 
 def test_the_cycle_finder_sees_a_circle_under_type_checking(tmp_path: Path) -> None:
@@ -155,10 +287,13 @@ def test_no_module_reaches_into_another_objects_private_members() -> None:
     assert not any(k.startswith("ddptui") for k in config.get("per-file-ignores", {}))
 
 
+#: The run's machinery: what ``ddptui/launch/`` held until it was split by its jobs (issue
+#: 34), the node programs aside (``nodeprog/``: each a module of its own, linted and tested).
+RUN_MACHINERY = ("launch", "live", "afterwards", "remote", "outcome.py")
 #: ``ddptui/launch/``'s size when its run life was spread over one class in six files: the
 #: rework into a session, phases, a stopper and watches made of callables must not grow it.
 LAUNCH_LINES = 4746
-#: What later work added to ``ddptui/launch/`` since, each named: a feature may grow it, a
+#: What later work added to the run's machinery since, each named: a feature may grow it, a
 #: rework may not.
 GROWN_SINCE = {
     "the rendezvous port reserved on the store's node (reserve.py, its phase, is_host)": 235,
@@ -178,19 +313,19 @@ GROWN_SINCE = {
     "races fixed: a rendezvous lock renamed into place with its owner in it; a Slurm stop "
     "confirmed by the node's processes and the step's end, not by scancel's answer; the "
     "reaper fetches again what a lost node's ranks wrote until it stopped them (issue 33)": 34,
+    "the node's whole-line tee moved to nodeprog/ with the other node programs (issue 34)":
+        -264,
+    "launch/ split by its jobs into launch/ live/ afterwards/ remote/ outcome.py: each "
+    "package's docstring (issue 34)": 14,
 }
 
 
-def test_the_launch_package_grows_only_by_named_features() -> None:
-    n = sum(len(p.read_text().splitlines()) for p in (ROOT / "ddptui" / "launch").glob("*.py"))
+def test_the_run_machinery_grows_only_by_named_features() -> None:
+    files = [f for name in RUN_MACHINERY for f in sorted((ROOT / "ddptui").glob(f"{name}/*.py"))
+             or [ROOT / "ddptui" / name]]
+    n = sum(len(p.read_text().splitlines()) for p in files)
     most = LAUNCH_LINES + sum(GROWN_SINCE.values())
-    assert n <= most, f"ddptui/launch/ holds {n} lines (at most {most})"
-
-
-def test_nothing_below_the_faces_imports_them() -> None:
-    wrong = [f"{m} imports {d}" for m, deps in _graph().items() for d in deps
-             if d.startswith(FACES) and not m.startswith(FACES)]
-    assert wrong == []
+    assert n <= most, f"{', '.join(RUN_MACHINERY)} hold {n} lines (at most {most})"
 
 
 def test_the_worker_imports_nothing_of_ddptui() -> None:

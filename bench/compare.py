@@ -33,7 +33,7 @@ from pathlib import Path
 #: Each benchmark at a size that takes a minute or two on a quiet 2-core machine.
 ARGS = {
     "launch": "--sizes 1 4 --rounds 1",
-    "stop": "--sizes 1 16 --rounds 1 --grace 2",
+    "stop": "--sizes 1 4 16 --rounds 1 --grace 2",
     "stream": "--sizes 1 4 --lines 100000 --latency-secs 10 --memory-secs 0",
     "ui_latency": "--samples 100 --blocks 6 --total 1000000",
 }

@@ -14,13 +14,18 @@ import json
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TypeAlias
 
 from ddptui.telemetry.sample import NodeSample
 
 #: Given to torchrun; ``${rank}`` is the global rank, right also after an elastic restart.
 PREFIX_TEMPLATE = "[ddptui ${rank} ${local_rank}] "
 METRIC_MARK = "@ddptui "
+
+#: A value as ``json`` reads and writes it: a record's fields as a rank printed them (a
+#: metric's ``extra``) and every record ddptui writes of its own. Written here, at the foot of
+#: the layers, so that every package above names the same type.
+JSON: TypeAlias = "str | int | float | bool | list[JSON] | dict[str, JSON] | None"
 
 
 class NodeStatus(StrEnum):
@@ -182,7 +187,7 @@ class Metric:
     values: dict[str, float]
     time: float
     attempt: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, JSON] = field(default_factory=dict)
     text: str = ""  # the line as the rank printed it, for its per-rank log
     #: What read it: "ddptui" for a record, else a recognizer of ``ddptui.metrics`` (whose
     #: metrics carry no ``text``: their line stays an ordinary log line).
@@ -242,7 +247,9 @@ class Failure:
 @dataclass(slots=True)
 class Stall:
     """ddptui's own judgement, not a line: a rank stopped progressing (``stalled``) or went
-    on again; ``whole_run`` when every running rank stopped together."""
+    on again; ``whole_run`` when every running rank stopped together. Made once, where the
+    run is (``ddptui.store.health.StallWatch``), and read by every face from the store, so
+    that no face judges a rank's silence again and says otherwise."""
 
     node: str
     rank: int
@@ -250,6 +257,9 @@ class Stall:
     stalled: bool
     idle_s: float
     whole_run: bool = False
+    after_error: bool = False
+    """Not a stall (``stalled`` is False): silent past the threshold, but its last line was
+    an error, which says more than its silence."""
 
 
 # Events are never changed once made, but they are not ``frozen``: a frozen dataclass is built
@@ -308,25 +318,25 @@ def classify_level(text: str) -> Level:
     return Level.INFO
 
 
-def parse_metric(payload: str) -> dict[str, Any] | None:
+def parse_metric(payload: str) -> dict[str, JSON] | None:
     """The JSON object after the mark, or None when it is not one (then it is a plain line)."""
     try:
-        obj = json.loads(payload)
+        obj: JSON = json.loads(payload)
     except ValueError:
         return None
     return obj if isinstance(obj, dict) else None
 
 
 def split_metric(
-    obj: dict[str, Any], default_rank: int | None
-) -> tuple[int | None, str, int | None, dict[str, float], dict[str, Any]]:
+    obj: dict[str, JSON], default_rank: int | None
+) -> tuple[int | None, str, int | None, dict[str, float], dict[str, JSON]]:
     rank = obj.get("rank", default_rank)
     rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else default_rank
     step = obj.get("step")
     step = step if isinstance(step, int) and not isinstance(step, bool) else None
     kind = str(obj.get("kind", "metric"))
     values: dict[str, float] = {}
-    extra: dict[str, Any] = {}
+    extra: dict[str, JSON] = {}
     for k, v in obj.items():
         if k in ("rank", "step", "kind", "v"):
             continue
@@ -337,7 +347,7 @@ def split_metric(
     return rank, kind, step, values, extra
 
 
-def format_metric(kind: str, step: int | None, values: dict[str, float]) -> str:
+def format_metric(kind: str, step: int | float | None, values: dict[str, float]) -> str:
     """A metric record as a person scans it: ``@metric step=120 loss=0.41 lr=0.003``."""
     parts = [f"@{kind}"]
     if step is not None:

@@ -117,6 +117,15 @@ def test_the_section_makes_a_template_from_defaults() -> None:
     assert ssh.slurm is not None and ssh.slurm.template.transport == "ssh" and ssh.slurm.asks
 
 
+def test_options_are_read_each_as_one_word() -> None:
+    """The options check once called a method its rule does not have (found by mypy)."""
+    cfg = parse("slurm: {nodes: 2, options: ['--qos=high', 3]}\n")
+    assert cfg.slurm is not None and cfg.slurm.options == ("--qos=high", "3")
+    assert problems("slurm: {nodes: 2, options: [[a]]}\n") == [
+        "/cfg/hosts.yaml:1: slurm.options[0]: must be a string (quote values like 'true' or "
+        "dates), not a list."]
+
+
 @pytest.mark.parametrize(("text", "expected"), [
     ("slurm: {job: 12, partition: gpu}\n",
      "/cfg/hosts.yaml:1: slurm.partition: is for an allocation ddptui asks for; with `job:` "

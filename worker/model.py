@@ -33,7 +33,8 @@ class Block(nn.Module):
         q, k, v = (z.view(shape).transpose(1, 2) for z in (q, k, v))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
-        return x + self.mlp(self.ln2(x))
+        mlp: torch.Tensor = self.mlp(self.ln2(x))  # a Module's call is untyped
+        return x + mlp
 
 
 class CharLM(nn.Module):
@@ -63,7 +64,8 @@ class CharLM(nn.Module):
         x = self.tok(idx) + self.pos(pos)
         for block, dev in zip(self.blocks, self.layer_devs, strict=True):
             x = block(x.to(dev, non_blocking=True))
-        return self.head(self.ln(x.to(self.last, non_blocking=True)))
+        logits: torch.Tensor = self.head(self.ln(x.to(self.last, non_blocking=True)))
+        return logits
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -82,9 +82,12 @@ def save(directory: Path, step: int, state: dict[str, Any], keep: int = KEEP) ->
 
 
 def load(path: Path, map_location: torch.device | str) -> dict[str, Any]:
-    return torch.load(path, map_location=map_location, weights_only=True)
+    state: dict[str, Any] = torch.load(path, map_location=map_location, weights_only=True)
+    return state
 
 
 def load_bytes(blob: bytes, map_location: torch.device | str) -> dict[str, Any]:
     """A snapshot file's bytes received from another rank, loaded as :func:`load` would."""
-    return torch.load(io.BytesIO(blob), map_location=map_location, weights_only=True)
+    state: dict[str, Any] = torch.load(io.BytesIO(blob), map_location=map_location,
+                                       weights_only=True)
+    return state

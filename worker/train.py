@@ -47,7 +47,7 @@ def train_step(
     opt.zero_grad(set_to_none=True)
     with amp():
         loss = lm_loss(model(x), y)
-    loss.backward()
+    torch.autograd.backward(loss)  # loss.backward(), which torch leaves untyped
     norm = nn.utils.clip_grad_norm_(model.parameters(), grad_clip) if grad_clip > 0 else None
     opt.step()
     sched.step()

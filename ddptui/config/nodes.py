@@ -96,7 +96,9 @@ class NodeWalker(MarkedWalker):
     def node(self, item: yaml.Node, field: str, defaults: Fields) -> NodeConfig | None:
         line = line_of(item)
         if isinstance(item, yaml.ScalarNode) and item.tag == STR_TAG:
-            host = self.check(item, field, _CHECKS["host"])
+            rule = _CHECKS["host"]
+            assert isinstance(rule, Check)
+            host = self.check(item, field, rule)
             if host is MISSING:
                 return None
             own: Fields = {"host": (host, line)}

@@ -247,7 +247,7 @@ class _HostsParser(NodeWalker):
                              "copy, so set `project:` to a directory that holds it.")
         v["project"] = project
 
-    def job_args(self, entry: Entry, item: Check, name: str = "args") -> tuple[str, ...]:
+    def job_args(self, entry: Entry, item: Check[str], name: str = "args") -> tuple[str, ...]:
         value_node = entry.value_node
         if isinstance(value_node, yaml.ScalarNode) and value_node.tag == NULL_TAG:
             return ()

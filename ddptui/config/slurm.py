@@ -14,7 +14,7 @@ from typing import Any
 
 from ddptui.config import values as v
 from ddptui.config.fieldkey import key
-from ddptui.config.values import Check, Invalid, ListOf, kind
+from ddptui.config.values import Check, Invalid, kind
 
 #: The host of the template node, until an allocation gives the real ones.
 SLURM_TEMPLATE = "slurm-allocation"
@@ -34,7 +34,6 @@ def _job(value: Any) -> str:
 
 JOB = Check(_job, {"type": ["string", "integer"], "pattern": r"^(env|\d+(_\d+)?)$"},
             'job id or "env"')
-OPTION = Check(lambda x: v.ARG.check(x), v.ARG.schema, "string")
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,7 @@ class SlurmConfig:
                                                            hints=("A",)))
     """Account to charge (`--account`)."""
     options: tuple[str, ...] = field(default=(), metadata=key(
-        ListOf(OPTION, "list of strings"), hints=("salloc", "sbatch", "extra")))
+        v.ARGS, hints=("salloc", "sbatch", "extra")))
     """More `salloc` options, each as one word (e.g. `--qos=high`, `--constraint=a100`)."""
     keep: bool = field(default=False, metadata=key(v.BOOL, hints=("keep_allocation",)))
     """Keep an allocation ddptui asked for after the run, for the next launch."""

@@ -12,18 +12,22 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, NoReturn
+from typing import Generic, Literal, NoReturn, TypeGuard, TypeVar
 
+from ddptui.events import JSON
 from ddptui.metrics import recognizers
 
-NprocPerNode = int | Literal["gpu", "cpu", "auto"]
+NprocWord = Literal["gpu", "cpu", "auto"]
+NprocPerNode = int | NprocWord
+#: What a rule makes of a value (a port's int, a host's str): each check says its own.
+T_co = TypeVar("T_co", covariant=True)
 
 NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
 TORCH_DISTRIBUTED_DEBUG_LEVELS = ("OFF", "INFO", "DETAIL")
 TORCH_CPP_LOG_LEVELS = ("INFO", "WARNING", "ERROR", "FATAL")
-NPROC_WORDS = ("gpu", "cpu", "auto")
+NPROC_WORDS: tuple[NprocWord, ...] = ("gpu", "cpu", "auto")
 #: Set by ddptui on every run; a user value would silently break following the run.
 RESERVED_ENV = frozenset({"DDPTUI_RUN", "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"})
 
@@ -50,7 +54,7 @@ class MapStandIn:
     """Stands for a YAML mapping where a scalar was expected."""
 
 
-def show(value: Any) -> str:
+def show(value: object) -> str:
     """A value as the message quotes it: short, and never failing on a huge number."""
     try:
         text = repr(value)
@@ -59,7 +63,7 @@ def show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def kind(value: Any) -> str:
+def kind(value: object) -> str:
     """What a wrong value is, in words, for "must be X, not <kind>"."""
     if value is None:
         return "empty (null)"
@@ -79,17 +83,18 @@ def kind(value: Any) -> str:
 
 
 @dataclass(frozen=True)
-class Check:
+class Check(Generic[T_co]):
     """One value rule: the runtime test and what the JSON Schema and the docs say of it."""
 
-    validate: Callable[[Any], Any]
-    """Returns the value as the config holds it; raises :class:`Invalid` with the sentence."""
-    schema: Mapping[str, Any]
+    validate: Callable[[object], T_co]
+    """Returns the value as the config holds it; raises :class:`Invalid` with the sentence.
+    It takes whatever the YAML held (a scalar, a list of them, a stand-in), unchecked."""
+    schema: dict[str, JSON]
     """The JSON Schema of the YAML values it accepts (a superset is fine, a subset is not)."""
     summary: str
     """The type column of the docs' field tables."""
 
-    def __call__(self, value: Any) -> Any:
+    def __call__(self, value: object) -> T_co:
         return self.validate(value)
 
 
@@ -97,11 +102,11 @@ class Check:
 class ListOf:
     """A YAML list whose items each pass ``item``; an empty value is the empty list."""
 
-    item: Check
+    item: Check[str]
     summary: str
 
     @property
-    def schema(self) -> Mapping[str, Any]:
+    def schema(self) -> dict[str, JSON]:
         return {"type": ["array", "null"], "items": self.item.schema}
 
 
@@ -109,37 +114,38 @@ class ListOf:
 class MappingOf:
     """A YAML mapping of environment-variable names to values that pass ``value``."""
 
-    value: Check
+    value: Check[str]
     reserved: frozenset[str]
     """Names ddptui sets itself, which a file may not."""
     summary: str
 
     @property
-    def schema(self) -> Mapping[str, Any]:
+    def schema(self) -> dict[str, JSON]:
         return {
             "type": ["object", "null"],
-            "propertyNames": {"pattern": f"^{ENV_NAME}$", "not": {"enum": sorted(self.reserved)}},
+            "propertyNames": {"pattern": f"^{ENV_NAME}$",
+                              "not": {"enum": [*sorted(self.reserved)]}},
             "additionalProperties": self.value.schema,
         }
 
 
 #: What a field's value must be: one scalar, or a list or mapping the parser walks item by item.
-Rule = Check | ListOf | MappingOf
+Rule = Check[object] | ListOf | MappingOf
 
 
-def _fail(what: str, value: Any) -> NoReturn:
+def _fail(what: str, value: object) -> NoReturn:
     raise Invalid(f"must be {what}, not {kind(value)}.")
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _text(value: Any, what: str) -> str:
+def _text(value: object, what: str) -> str:
     if not isinstance(value, str) or not value.strip():
         _fail(what, value)
     if _CONTROL_RE.search(value):
@@ -147,7 +153,7 @@ def _text(value: Any, what: str) -> str:
     return value
 
 
-def _word(value: Any, what: str) -> str:
+def _word(value: object, what: str) -> str:
     """Host names, user names, labels: a space in one is always a typo."""
     text = _text(value, what)
     if any(c.isspace() for c in text):
@@ -155,15 +161,15 @@ def _word(value: Any, what: str) -> str:
     return text
 
 
-def text(what: str, summary: str = "string") -> Check:
+def text(what: str, summary: str = "string") -> Check[str]:
     return Check(lambda v: _text(v, what), {"type": "string", "pattern": _TEXT}, summary)
 
 
-def word(what: str, summary: str = "string") -> Check:
+def word(what: str, summary: str = "string") -> Check[str]:
     return Check(lambda v: _word(v, what), {"type": "string", "pattern": _WORD}, summary)
 
 
-def _host(value: Any) -> str:
+def _host(value: object) -> str:
     text = _word(value, "a host name, ~/.ssh/config alias or address")
     if text.startswith("-"):
         raise Invalid(f"must be a host name, not {show(text)} (it may not start with '-').")
@@ -172,10 +178,10 @@ def _host(value: Any) -> str:
     return text
 
 
-def whole(minimum: int, what: str, maximum: int | None = None) -> Check:
+def whole(minimum: int, what: str, maximum: int | None = None) -> Check[int]:
     """A whole number in a range; ``what`` is the message for anything else."""
 
-    def check(value: Any) -> int:
+    def check(value: object) -> int:
         if not _is_int(value):
             _fail(what, value)
         if value < minimum or (maximum is not None and value > maximum):
@@ -184,7 +190,7 @@ def whole(minimum: int, what: str, maximum: int | None = None) -> Check:
             raise Invalid(f"must be {what}, not {show(value)}.")
         return int(value)
 
-    schema: dict[str, Any] = {"type": "integer", "minimum": minimum}
+    schema: dict[str, JSON] = {"type": "integer", "minimum": minimum}
     summary = f"int ≥ {minimum}"
     if maximum is not None:
         schema["maximum"] = maximum
@@ -192,10 +198,10 @@ def whole(minimum: int, what: str, maximum: int | None = None) -> Check:
     return Check(check, schema, summary)
 
 
-def seconds(*, above_zero: bool) -> Check:
+def seconds(*, above_zero: bool) -> Check[float]:
     what = "greater than 0" if above_zero else "of 0 or more"
 
-    def check(value: Any) -> float:
+    def check(value: object) -> float:
         if (not _is_number(value) or not math.isfinite(value) or value < 0
                 or (above_zero and value == 0)):
             _fail(f"a number of seconds {what}", value)
@@ -206,7 +212,7 @@ def seconds(*, above_zero: bool) -> Check:
                  "seconds > 0" if above_zero else "seconds ≥ 0")
 
 
-def _fraction(value: Any) -> float:
+def _fraction(value: object) -> float:
     if not _is_number(value) or not math.isfinite(value) or value <= 0:
         _fail("a fraction greater than 0 (0.25 means 25 % slower than the median)", value)
     return float(value)
@@ -215,7 +221,7 @@ def _fraction(value: Any) -> float:
 FRACTION = Check(_fraction, {"type": "number", "exclusiveMinimum": 0}, "number > 0")
 
 
-def _max_restarts(value: Any) -> int:
+def _max_restarts(value: object) -> int:
     if _is_int(value) and value < 0:
         raise Invalid(f"must be 0 or more (how many times torchrun restarts the workers), "
                       f"not {value}.")
@@ -229,26 +235,26 @@ def _upper_pattern(choices: tuple[str, ...]) -> str:
     return "^(" + "|".join(letters(c) for c in choices) + ")$"
 
 
-def levels(choices: tuple[str, ...], *, off_is_false: bool = False) -> Check:
+def levels(choices: tuple[str, ...], *, off_is_false: bool = False) -> Check[str]:
     """Level names in any case; ``off_is_false``: YAML 1.1 reads a bare OFF as false."""
     allowed = ", ".join(choices)
 
-    def check(value: Any) -> str:
+    def check(value: object) -> str:
         if off_is_false and value is False:
             return "OFF"
         if isinstance(value, str) and value.upper() in choices:
             return value.upper()
         _fail(f"one of {allowed}", value)
 
-    any_case: list[Mapping[str, Any]] = [
+    any_case: list[JSON] = [
         {"enum": list(choices)}, {"type": "string", "pattern": _upper_pattern(choices)}]
     if off_is_false:
         any_case.append({"const": False})
     return Check(check, {"anyOf": any_case}, ", ".join(f"`{c}`" for c in choices))
 
 
-def exactly(choices: tuple[str, ...], what: str) -> Check:
-    def check(value: Any) -> str:
+def exactly(choices: tuple[str, ...], what: str) -> Check[str]:
+    def check(value: object) -> str:
         if isinstance(value, str) and value in choices:
             return value
         _fail(what, value)
@@ -256,15 +262,16 @@ def exactly(choices: tuple[str, ...], what: str) -> Check:
     return Check(check, {"enum": list(choices)}, " or ".join(f"`{c}`" for c in choices))
 
 
-def _nproc(value: Any) -> NprocPerNode:
+def _nproc(value: object) -> NprocPerNode:
     if _is_int(value) and value >= 1:
         return int(value)
-    if value in NPROC_WORDS:
-        return value  # type: ignore[no-any-return]
+    for word in NPROC_WORDS:
+        if value == word:
+            return word
     _fail('a whole number of at least 1, or "gpu", "cpu" or "auto"', value)
 
 
-def _workdir(value: Any) -> str:
+def _workdir(value: object) -> str:
     text = _text(value, "a path")
     if not (text == "~" or text.startswith("~/") or text.startswith("/")):
         raise Invalid(
@@ -274,27 +281,27 @@ def _workdir(value: Any) -> str:
     return text
 
 
-def _rdzv_id(value: Any) -> str:
+def _rdzv_id(value: object) -> str:
     if _is_int(value):
         value = str(value)
     return _word(value, "a string")
 
 
-def _subsystems(value: Any) -> str:
+def _subsystems(value: object) -> str:
     """NCCL takes a comma-separated list; a YAML list of names means the same."""
     if isinstance(value, list) and value and all(isinstance(v, str) and v for v in value):
         value = ",".join(value)
     return _word(value, "a comma-separated list of NCCL subsystems such as INIT,NET")
 
 
-def _module(value: Any) -> str:
+def _module(value: object) -> str:
     text = _text(value, "a Python module name")
     if not re.fullmatch(_MODULE, text):
         raise Invalid(f"must be a dotted Python module name like my_pkg.train, not {show(text)}.")
     return text
 
 
-def _scalar_text(value: Any, where: str, expected: str) -> str:
+def _scalar_text(value: object, where: str, expected: str) -> str:
     """A number or string as the text a program receives; ``where`` names what cannot hold NUL."""
     if _is_int(value):
         return str(value)
@@ -307,14 +314,14 @@ def _scalar_text(value: Any, where: str, expected: str) -> str:
     _fail(expected, value)
 
 
-def _env_value(value: Any) -> str:
+def _env_value(value: object) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
     return _scalar_text(value, "environment values",
                         "a string, number or boolean (quote it to be sure)")
 
 
-def _env_name(value: Any) -> str:
+def _env_name(value: object) -> str:
     text = _word(value, "an environment variable name")
     if not re.fullmatch(ENV_NAME, text):
         raise Invalid(f"must be an environment variable name (letters, digits and _, not "
@@ -322,7 +329,7 @@ def _env_name(value: Any) -> str:
     return text
 
 
-def _command(value: Any) -> str:
+def _command(value: object) -> str:
     """A shell command as the person wrote it: several lines are fine, a NUL cannot pass."""
     if not isinstance(value, str) or not value.strip():
         _fail("a shell command", value)
@@ -331,7 +338,7 @@ def _command(value: Any) -> str:
     return value
 
 
-def _arg(value: Any) -> str:
+def _arg(value: object) -> str:
     return _scalar_text(value, "program arguments", "a string (quote values like 'true' or dates)")
 
 
@@ -370,9 +377,11 @@ ENV_NAMES = ListOf(Check(_env_name, {"type": "string", "pattern": f"^{ENV_NAME}$
                    "list of names")
 
 
-def _metric_parse(value: Any) -> str | tuple[str, ...]:
-    if value in ("auto", "off") or value is False:
-        return "off" if value is False else value
+def _metric_parse(value: object) -> str | tuple[str, ...]:
+    if value is False:
+        return "off"
+    if isinstance(value, str) and value in ("auto", "off"):
+        return value
     if isinstance(value, list) and all(isinstance(x, str) for x in value):
         unknown = [x for x in value if x not in recognizers.NAMES]
         if unknown:
@@ -382,7 +391,7 @@ def _metric_parse(value: Any) -> str | tuple[str, ...]:
     _fail(f"auto, off, or a list of recognizer names ({', '.join(recognizers.NAMES)})", value)
 
 
-def _metric_pattern(value: Any) -> str:
+def _metric_pattern(value: object) -> str:
     if not isinstance(value, str):
         _fail("a regular expression in quotes", value)
     problem = recognizers.pattern_problem(value)

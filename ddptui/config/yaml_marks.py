@@ -11,8 +11,9 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
-from typing import Any, Final
+from typing import Final, Literal, TypeVar
 
 import yaml
 
@@ -26,11 +27,16 @@ NULL_TAG: Final = "tag:yaml.org,2002:null"
 MERGE_TAG: Final = "tag:yaml.org,2002:merge"
 
 
-class _Missing:
-    """A value that was wrong (and reported), as opposed to one that was not given."""
+class _Missing(Enum):
+    """A value that was wrong (and reported), as opposed to one that was not given; one
+    member, so that ``value is not MISSING`` tells the type checker what is left."""
+
+    MISSING = "missing"
 
 
-MISSING: Final = _Missing()
+MISSING: Final = _Missing.MISSING
+#: What a check makes of a value.
+T = TypeVar("T")
 
 
 def yaml_reason(exc: yaml.YAMLError) -> str:
@@ -100,7 +106,7 @@ class MarkedWalker:
             self.loader.dispose()
         return None
 
-    def scalar(self, node: yaml.Node) -> Any:
+    def scalar(self, node: yaml.Node) -> object:
         """A plain Python value for a scalar node; stand-ins for lists and mappings."""
         if isinstance(node, yaml.SequenceNode):
             if all(isinstance(item, yaml.ScalarNode) for item in node.value):
@@ -110,7 +116,8 @@ class MarkedWalker:
             return MapStandIn()
         return self.loader.construct_object(node, deep=True)
 
-    def check(self, node: yaml.Node, field: str, validate: Callable[[Any], Any]) -> Any:
+    def check(self, node: yaml.Node, field: str, validate: Callable[[object], T]
+              ) -> T | Literal[_Missing.MISSING]:
         """The validated value, or ``MISSING`` after recording why it is wrong."""
         try:
             value = self.scalar(node)

@@ -8,21 +8,24 @@ from __future__ import annotations
 
 import re
 import signal
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ddptui.diagnose import signatures as sig
 from ddptui.events import (
     Event,
     Failure,
+    LineRun,
     LogLine,
     Metric,
     MetricRun,
     NodeState,
     NodeStatus,
     Source,
+    Stall,
 )
 from ddptui.metrics.bulk import made
+from ddptui.telemetry.sample import NodeSample
 
 # The fields of torchrun's failure blocks ("Failures:" and "Root Cause"), read here for every
 # rank: the parser's Failure event carries the root cause only, and the others' signals
@@ -64,7 +67,7 @@ class RankFacts:
     node: str
     rank: int
     lines: list[LogLine] = field(default_factory=list)
-    last_step: int | None = None
+    last_step: int | float | None = None
     last_step_time: float | None = None
     exit_code: int | None = None
     exit_time: float | None = None
@@ -122,8 +125,7 @@ class RunFacts:
 
 def gather(events: Iterable[Event], nodes: Sequence[str] = ()) -> RunFacts:
     """Group events; a node's earlier attempts are dropped (an elastic restart retried them)."""
-    # a run of metric lines as its points: the rules read steps, not how they travelled
-    evs = [m for ev in events for m in (made(ev) if type(ev) is MetricRun else (ev,))]
+    evs = list(_read(events))
     last_attempt: dict[str, int] = {}
     for ev in evs:
         if not isinstance(ev, Failure):
@@ -156,6 +158,19 @@ def gather(events: Iterable[Event], nodes: Sequence[str] = ()) -> RunFacts:
     for node in facts.nodes.values():
         _exits(facts, node)
     return facts
+
+
+def _read(events: Iterable[Event]) -> Iterator[NodeState | LogLine | Metric | Failure]:
+    """The events as the rules read them: a run of lines or of metric lines as its lines or
+    points (the rules read lines and steps, not how they travelled); telemetry samples and
+    ddptui's own stall marks are no evidence, and carry no attempt to sort them by."""
+    for ev in events:
+        if isinstance(ev, MetricRun):
+            yield from made(ev)
+        elif isinstance(ev, LineRun):
+            yield from ev.lines()
+        elif not isinstance(ev, Stall | NodeSample):
+            yield ev
 
 
 def _state(node: NodeFacts, ev: NodeState) -> None:

@@ -27,7 +27,8 @@ def check_hostname(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
         return ok(r.fqdn)
     said: list[str] = []
     first: str | None = None
-    asks = []
+    # (who uses the name, the name, what it resolves to, why it did not)
+    asks: list[tuple[str, str | None, tuple[str, ...] | None, str | None]] = []
     if c.config.rendezvous.backend == "c10d" and n.addr is None:
         asks.append(("c10d advertises the node as", r.fqdn, r.host_addrs, r.host_error))
     if not _effective_env(n, r).get(GLOO_VAR):

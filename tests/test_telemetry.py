@@ -3,6 +3,7 @@ sampler's own output as it ran here with the stand-in nvidia-smi (tests/data/tel
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 from pathlib import Path
@@ -142,6 +143,17 @@ def test_record_round_trip() -> None:
     assert NodeSample.from_record(json.loads(json.dumps(s.to_record()))) == s
     bare = NodeSample("n", 1.0)
     assert NodeSample.from_record(bare.to_record()) == bare
+
+
+def test_a_record_names_every_field_of_its_sample() -> None:
+    """The records are written out field by field (typed): a field added to a sample and
+    not to its record would be lost on disk, so every field must be there."""
+    s = NodeSample("n", 1.0, gpus=[GpuSample(0)], apps=[GpuApp("GPU-a", 9, "python", None)],
+                   gpu_error="x")
+    rec = s.to_record()
+    assert set(rec) == {f.name for f in dataclasses.fields(NodeSample)} - {"_summary"}
+    assert set(rec["gpus"][0]) == {f.name for f in dataclasses.fields(GpuSample)}
+    assert set(rec["apps"][0]) == {f.name for f in dataclasses.fields(GpuApp)}
 
 
 def _history(utils: list[float | None], start: float = 0.0, mem: float = 10.0,

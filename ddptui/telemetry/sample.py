@@ -7,8 +7,8 @@ is written and read here, in one place.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, field
+from typing import NotRequired, TypedDict
 
 
 @dataclass(slots=True)
@@ -105,8 +105,8 @@ class NodeSample:
         tx = sum(v[1] for k, v in self.net.items() if k != "lo")
         return rx, tx
 
-    def to_record(self) -> dict[str, Any]:
-        rec: dict[str, Any] = {"node": self.node, "time": round(self.time, 3),
+    def to_record(self) -> SampleRecord:
+        rec: SampleRecord = {"node": self.node, "time": round(self.time, 3),
                                "cpu": self.cpu, "load1": self.load1,
                                "mem_used": self.mem_used, "mem_total": self.mem_total,
                                "net": {k: [round(a, 1), round(b, 1)]
@@ -121,7 +121,7 @@ class NodeSample:
         return rec
 
     @classmethod
-    def from_record(cls, rec: dict[str, Any]) -> NodeSample:
+    def from_record(cls, rec: SampleRecord) -> NodeSample:
         apps = rec.get("apps")
         return cls(
             str(rec["node"]), float(rec["time"]), rec.get("cpu"), rec.get("load1"),
@@ -132,5 +132,49 @@ class NodeSample:
             str(rec.get("gpu_error", "")))
 
 
-def _gpu_record(g: GpuSample) -> dict[str, Any]:
-    return {f.name: getattr(g, f.name) for f in fields(GpuSample)}
+def _gpu_record(g: GpuSample) -> GpuRecord:
+    return {"index": g.index, "name": g.name, "uuid": g.uuid, "util": g.util,
+            "mem_used": g.mem_used, "mem_total": g.mem_total, "power": g.power,
+            "power_limit": g.power_limit, "temp": g.temp, "sm_clock": g.sm_clock}
+
+
+class GpuRecord(TypedDict):
+    """A :class:`GpuSample` as ``telemetry.jsonl`` holds it: its fields by name (a record
+    written before a field existed lacks it, and reads back with its default)."""
+
+    index: int
+    name: NotRequired[str]
+    uuid: NotRequired[str]
+    util: NotRequired[float | None]
+    mem_used: NotRequired[float | None]
+    mem_total: NotRequired[float | None]
+    power: NotRequired[float | None]
+    power_limit: NotRequired[float | None]
+    temp: NotRequired[float | None]
+    sm_clock: NotRequired[float | None]
+
+
+class AppRecord(TypedDict):
+    """A :class:`GpuApp` as its sample's record holds it."""
+
+    gpu_uuid: str
+    pid: int
+    name: str
+    mem_used: float | None
+    ours: NotRequired[bool | None]
+    gpu: NotRequired[int | None]
+
+
+class SampleRecord(TypedDict):
+    """A :class:`NodeSample` as one line of ``telemetry.jsonl`` holds it."""
+
+    node: str
+    time: float
+    cpu: NotRequired[float | None]
+    load1: NotRequired[float | None]
+    mem_used: NotRequired[int | None]
+    mem_total: NotRequired[int | None]
+    net: NotRequired[dict[str, list[float]]]  # interface -> [received, sent] a second
+    gpus: NotRequired[list[GpuRecord]]
+    apps: NotRequired[list[AppRecord]]
+    gpu_error: NotRequired[str]

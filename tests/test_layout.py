@@ -6,6 +6,7 @@ every package."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 import tomllib
@@ -210,6 +211,71 @@ def test_the_order_check_names_an_import_upward_and_a_package_left_out(tmp_path:
         "ddptui.store.views (layer 2) imports ddptui.config.values (layer 2)"]
 
 
+#: Names the architecture doc gives files that live elsewhere than this tree.
+NOT_HERE = {"torchrun.py": "the tee's name in a node dir (nodeprog/torchrun_tee.py)"}
+
+
+def tree_in(doc: Path) -> list[str]:
+    """The paths of the fenced block under ``doc``'s "## The tree": a line's first column
+    (up to two spaces) holds names, each folder (``name/``) holds the lines indented under
+    it; a line whose first column is not names (a description carried over) is skipped."""
+    text = doc.read_text()
+    block = text[text.index("## The tree"):].split("```")[1].splitlines()[1:]
+    paths: list[str] = []
+    folders: list[str] = []
+    for line in block:
+        names = re.split(r"\s{2,}", line.strip())[0].split()
+        if not names or not all(re.fullmatch(r"[\w./-]*[./][\w./-]*", n) for n in names):
+            continue
+        depth = (len(line) - len(line.lstrip())) // 2
+        del folders[depth:]
+        paths += ["".join(folders) + n for n in names]
+        if names[-1].endswith("/"):
+            folders.append(names[-1])
+    return paths
+
+
+def named_in_prose(doc: Path) -> list[str]:
+    """Each ``path.py`` the doc's text names in backquotes, outside its fenced blocks."""
+    prose = "".join(doc.read_text().split("```")[::2])
+    return sorted(set(re.findall(r"`((?:\w+/)*\w+\.py)`", prose)))
+
+
+def untrue_to_the_tree(doc: Path, root: Path) -> list[str]:
+    """Each file or folder the doc names that is not in ``root`` (in prose, a module path
+    may start below ``ddptui/``), and each package of ``ddptui/`` its tree leaves out."""
+    tree = tree_in(doc)
+    wrong = [f"the tree names {p}, which is not there" for p in tree if not (root / p).exists()]
+    wrong += [f"the text names {p}, which is not there" for p in named_in_prose(doc)
+              if p not in NOT_HERE and not (root / p).exists()
+              and not (root / "ddptui" / p).exists()]
+    packages = sorted(f"{p.parent.relative_to(root)}/" for p in (root / "ddptui").rglob("*.py")
+                      if p.name == "__init__.py")
+    wrong += [f"the tree leaves out {p}" for p in packages if p not in tree]
+    return wrong
+
+
+def test_the_architecture_doc_names_what_is_there() -> None:
+    wrong = untrue_to_the_tree(ARCHITECTURE, ROOT)
+    assert wrong == [], "docs/architecture.md:\n" + "\n".join(wrong)
+
+
+def test_the_doc_check_names_a_gone_module_and_a_missing_package(tmp_path: Path) -> None:
+    for path in ("ddptui/__init__.py", "ddptui/cli.py", "ddptui/live/__init__.py",
+                 "ddptui/live/bus.py", "ddptui/store/__init__.py", "worker/train.py"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("")
+    doc = tmp_path / "architecture.md"
+    doc.write_text("# x\n\nThe bus (`live/bus.py`), the old `launch/watch.py`.\n\n## The tree\n\n"
+                   "```\nworker/     the worker\n  train.py  its loop\nddptui/\n  cli.py  args\n"
+                   "  live/    following:\n           long words carried over\n"
+                   "    bus.py session.py  the bus, the session\n```\n")
+    assert untrue_to_the_tree(doc, tmp_path) == [
+        "the tree names ddptui/live/session.py, which is not there",
+        "the text names launch/watch.py, which is not there",
+        "the tree leaves out ddptui/store/"]
+
+
 def _graph_in(tmp_path: Path, files: dict[str, str]) -> dict[str, set[str]]:
     """The import graph of modules written under ``tmp_path``, each from its text."""
     sources = {}
@@ -364,3 +430,36 @@ def test_the_wheel_lists_every_package() -> None:
     assert set(tool["packages"]) == on_disk | {"ddptui_worker"}
     assert tool["package-dir"] == {"ddptui_worker": "worker"}
     assert (ROOT / "worker" / "__main__.py").is_file()
+
+
+#: A string literal longer than this is a program or a document kept out of reach of the
+#: linter, the type checker and an editor: node programs live in ddptui/nodeprog/ as files.
+MAX_LITERAL_LINES = 40
+
+
+def long_literals(root: Path) -> list[str]:
+    """``file:line: N lines`` of each string constant under ``root`` longer than
+    :data:`MAX_LITERAL_LINES` (a docstring counts too: one that long is a document)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                n = len(node.value.splitlines())
+                if n > MAX_LITERAL_LINES:
+                    found.append(f"{path.relative_to(root.parent)}:{node.lineno}: {n} lines")
+    return found
+
+
+def test_no_string_literal_is_longer_than_forty_lines() -> None:
+    long = long_literals(ROOT / "ddptui")
+    assert long == [], "programs kept as text (move them to ddptui/nodeprog/):\n" + "\n".join(
+        long)
+
+
+def test_the_literal_check_names_the_file_and_line_of_a_long_one(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    body = "\n".join(f"x = {i}" for i in range(MAX_LITERAL_LINES))  # 40 lines: allowed
+    (pkg / "ok.py").write_text(f'A = """{body}"""\nB = f"""{body}\n{{A}}"""\n')
+    (pkg / "prog.py").write_text(f'"""doc"""\n\nSRC = r"""\n{body}\n"""\n')
+    assert long_literals(pkg) == [f"pkg/prog.py:3: {MAX_LITERAL_LINES + 1} lines"]

@@ -15,7 +15,7 @@ import pytest
 
 from ddptui.config import load_config
 from ddptui.config.model import HealthConfig
-from ddptui.events import Stall
+from ddptui.events import NodeStatus, Stall
 from ddptui.faces.headless import Printer
 from ddptui.faces.stacks import show_stacks
 from ddptui.live.follow import Batch
@@ -31,8 +31,16 @@ from ddptui.remote.stacks import (
     take,
 )
 from ddptui.store import rundir
-from ddptui.store.health import StallWatch, assess, stall_text, whole_run_text
-from ddptui.store.views import RankView
+from ddptui.store.health import (
+    StallWatch,
+    assess,
+    shown_health,
+    stall_text,
+    stall_texts,
+    stalled_marks,
+    whole_run_text,
+)
+from ddptui.store.views import NodeView, RankView
 from ddptui.transport.local import LocalTransport
 from ddptui.tui.notices import stall_notices
 
@@ -106,17 +114,55 @@ def test_the_watch_tells_a_stall_once_and_its_end_once() -> None:
     assert w.update(ranks, 130.4, {"a"}) == []
 
 
-def test_the_watch_lets_go_silently_of_ranks_that_end() -> None:
+def test_a_rank_that_ends_is_no_stall_and_is_said_to_be_none() -> None:
     w = StallWatch(CFG)
     ranks = [rank(0, "a", 100.0), rank(1, "b", 100.0)]
     found = w.update(ranks, 111.0, {"a", "b"})
     assert [(s.rank, s.whole_run) for s in found] == [(0, True), (1, True)]
-    # rank 0 printed its traceback (ending); node b stopped running: no word for either
+    # rank 0 printed its traceback (ending): a line, so its stall is over; node b stopped
+    # running: no word for rank 1, its node's state says it
     ranks[0] = rank(0, "a", 112.0)
-    assert w.update(ranks, 113.0, {"a"}, ending=[0]) == []
+    assert w.update(ranks, 113.0, {"a"}, ending=[0]) == [Stall("a", 0, 113.0, False, 12.0,
+                                                               True)]
     assert w.stalled == {}
-    # a dying rank's silence is no new stall either
-    assert w.update(ranks, 200.0, {"a"}, ending=[0]) == []
+    # a dying rank's silence is no new stall: said once as such, past the threshold
+    assert w.update(ranks, 120.0, {"a"}, ending=[0]) == []
+    assert w.update(ranks, 200.0, {"a"}, ending=[0]) == [
+        Stall("a", 0, 200.0, False, 88.0, after_error=True)]
+    assert w.update(ranks, 300.0, {"a"}, ending=[0]) == []
+    # heard from again with a plain line: judged as any rank from then on
+    ranks[0] = rank(0, "a", 301.0)
+    assert w.update(ranks, 302.0, {"a"}) == [] and w.excused == {}
+    assert w.update(ranks, 312.0, {"a"}) == [Stall("a", 0, 312.0, True, 11.0, True)]
+
+
+def test_the_faces_show_the_verdicts_that_stand_and_judge_none() -> None:
+    nodes = [NodeView("a", 0, NodeStatus.RUNNING, since=90.0),
+             NodeView("b", 1, NodeStatus.RUNNING, since=90.0)]
+    ranks = [rank(0, "a", 119.0), rank(1, "a", 100.0), rank(2, "b", 100.0),
+             rank(3, "b", 100.0)]
+    # quiet for 20 s, past the threshold: still no face calls a rank stalled on its own
+    assert shown_health(ranks, nodes, [], 120.0, CFG)[1].mark == ""
+    told = [Stall("a", 1, 111.0, True, 11.0), Stall("b", 2, 111.0, True, 11.0),
+            Stall("b", 3, 111.0, False, 11.0, after_error=True)]
+    marks = {r: h.mark for r, h in shown_health(ranks, nodes, told, 120.0, CFG).items()}
+    assert marks == {0: "", 1: "stalled", 2: "stalled", 3: "silent after error"}
+    # rank 1 heard from again (the watch's word is on its way), node b restarted: none stands
+    ranks[1] = rank(1, "a", 119.5)
+    nodes[1] = NodeView("b", 1, NodeStatus.RUNNING, since=118.0)
+    assert stalled_marks(told, ranks, nodes) == {}
+
+
+def test_ranks_silent_after_an_error_are_said_in_one_line() -> None:
+    one = Stall("gpu-b", 3, 0.0, False, 64.6, after_error=True)
+    assert stall_text(one) == ("rank 3 on gpu-b: no line or metric for 65 s since its last "
+                               "line, an error; not a stall: the error says why")
+    more = [one, Stall("gpu-b", 2, 0.0, False, 70.0, after_error=True),
+            Stall("gpu-a", 0, 0.0, False, 80.0, after_error=True)]
+    said = stall_texts(more)
+    assert [(s.rank, text) for s, text in said] == [
+        (3, "ranks 2, 3 on gpu-b; 0 on gpu-a: no line or metric for 65 s since their last "
+            "lines, errors; not a stall: the errors say why")]
 
 
 def test_what_ddptui_says_of_a_stall() -> None:

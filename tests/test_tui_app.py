@@ -385,9 +385,17 @@ async def test_restarting_state_with_attempt() -> None:
 
 @sync
 async def test_straggler_and_stall_marks() -> None:
+    from ddptui.events import Stall
+    from ddptui.store.health import last_heard
+
     store = scenario("train")
     app = make_app(store, clock=lambda: T0 + 10, stall_after=5.0)
     async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot, app)
+        # quiet past stall_after, but the run's watch said nothing: the table judges no stall
+        assert {table_text(app)[f"r:{r}"][3] for r in range(4)} == {""}
+        store.apply([Stall(r.node, r.rank, T0 + 9, True, T0 + 9 - (last_heard(r) or T0), True)
+                     for r in store.rank_views()])
         await settle(pilot, app)
         assert {table_text(app)[f"r:{r}"][3] for r in range(4)} == {"stalled"}
     store = scenario("train")

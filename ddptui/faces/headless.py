@@ -78,7 +78,7 @@ class Printer:
                 parts.append(format_failure_head(ev))
             elif isinstance(ev, Stall):
                 stalls.append(ev)
-        parts.extend(f"[{s.node} ddptui] {'⚠ ' if s.stalled else ''}{text}"
+        parts.extend(f"[{s.node} ddptui] {'⚠ ' if s.stalled or s.after_error else ''}{text}"
                      for s, text in stall_texts(stalls))
         if parts:
             self.out.write("\n".join(parts) + "\n")

@@ -1,8 +1,10 @@
 """Whether each rank is making progress: stragglers and stalls, judged from the store's views.
 
 Pure: the clock is passed in and the thresholds are the hosts file's ``health:`` section, so
-the engine (which marks stalls as events, :class:`StallWatch`) and the dashboard (which marks
-the nodes table) judge alike, and every rule is tested without a run.
+every rule is tested without a run. Stalls are judged once, where the run is
+(:class:`StallWatch`, as events in the store); every face shows those events
+(:func:`stalled_marks`) and judges no stall of its own, so the table and the headless output
+never disagree about a rank.
 
 A rank stalls when it has printed no line and no metric for ``stall_after`` seconds. Alone,
 while another rank was heard from in the last half of that, it names the rank; when every
@@ -20,10 +22,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ddptui.config.model import HealthConfig
-from ddptui.events import Stall
-from ddptui.store.views import RankView
+from ddptui.events import NodeStatus, Stall
+from ddptui.store.views import NodeView, RankView
 
 DEFAULTS = HealthConfig()
+#: Two times that stand for one moment, after a subtraction's rounding.
+_SAME_S = 1e-3
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,11 +38,15 @@ class RankHealth:
     """Seconds since the rank last printed a line or a metric."""
     whole_run: bool = False
     """Every running rank stopped together."""
+    after_error: bool = False
+    """Silent past the threshold after an error: told as no stall (``Stall.after_error``)."""
 
     @property
     def mark(self) -> str:
         if self.stalled:
             return "stalled"
+        if self.after_error:
+            return "silent after error"
         return "straggler" if self.straggler else ""
 
 
@@ -89,26 +97,34 @@ def assess(
 class StallWatch:
     """Turns assessments into events: a rank that stalled, one that went on again.
 
-    A rank is told once when it stalls and once when it is heard from again. A rank whose
-    node stopped running, or that is ``ending`` (its last words were an error: a traceback,
-    a collective's timeout), is let go without a word, and not judged: the failure that
-    follows says more, and a dying rank's silence is no stall.
+    The one judge of a rank's silence: the faces show its events (``stalled_marks`` says which
+    still stand) and never assess stalls themselves. A rank is told once when it stalls and
+    once when it is heard from again. A rank that is ``ending`` (its last words were an error:
+    a traceback, a collective's timeout) is not judged: the failure that follows says more,
+    and a dying rank's silence is no stall. When it stays silent past the threshold anyway,
+    that is said once, as such (``after_error``), so that no face is left to guess. A rank
+    whose node stopped running is let go without a word: its node's state says it.
     """
 
     def __init__(self, config: HealthConfig = DEFAULTS) -> None:
         self.config = config
         self.stalled: dict[int, Stall] = {}
+        #: Ranks told silent after an error, until they are heard from again.
+        self.excused: dict[int, Stall] = {}
 
     def update(self, ranks: Iterable[RankView], now: float, live_nodes: set[str],
                ending: Iterable[int] = ()) -> list[Stall]:
         gone = set(ending)
-        ranks = [r for r in ranks if r.rank not in gone]
-        for rank in gone & set(self.stalled):
-            del self.stalled[rank]
+        everyone = list(ranks)
+        ranks = [r for r in everyone if r.rank not in gone]
         health = assess(ranks, now, live_nodes=live_nodes, config=self.config)
         out: list[Stall] = []
         # The rank heard from longest ago first: in a whole-run stall, the likeliest culprit.
-        for r in sorted(ranks, key=lambda r: (last_heard(r) or now, r.rank)):
+        for r in sorted(everyone, key=lambda r: (last_heard(r) or now, r.rank)):
+            if r.rank in gone:
+                out.extend(self._ending(r, now, live_nodes))
+                continue
+            self.excused.pop(r.rank, None)  # heard from since its error
             h = health[r.rank]
             was = self.stalled.get(r.rank)
             if h.stalled and was is None:
@@ -117,16 +133,76 @@ class StallWatch:
                 out.append(ev)
             elif not h.stalled and was is not None:
                 del self.stalled[r.rank]
-                heard = last_heard(r)
-                if r.node in live_nodes and heard is not None and heard > was.time - was.idle_s:
-                    out.append(Stall(r.node, r.rank, now, False, heard - (was.time - was.idle_s),
-                                     was.whole_run))
+                going = _going_again(r, was, now, live_nodes)
+                if going is not None:
+                    out.append(going)
         return out
+
+    def _ending(self, r: RankView, now: float, live_nodes: set[str]) -> list[Stall]:
+        """A rank whose last line is an error: a stall it was in ends (the error is a line),
+        and its silence past the threshold is told once as no stall."""
+        out: list[Stall] = []
+        was = self.stalled.pop(r.rank, None)
+        if was is not None and (going := _going_again(r, was, now, live_nodes)) is not None:
+            out.append(going)
+        heard = last_heard(r)
+        if (r.rank not in self.excused and r.node in live_nodes and heard is not None
+                and now - heard > self.config.stall_after):
+            ev = Stall(r.node, r.rank, now, False, now - heard, after_error=True)
+            self.excused[r.rank] = ev
+            out.append(ev)
+        return out
+
+
+def _going_again(r: RankView, was: Stall, now: float, live_nodes: set[str]) -> Stall | None:
+    heard = last_heard(r)
+    if r.node in live_nodes and heard is not None and heard > was.time - was.idle_s:
+        return Stall(r.node, r.rank, now, False, heard - (was.time - was.idle_s), was.whole_run)
+    return None
+
+
+def stalled_marks(stalls: Sequence[Stall], ranks: Iterable[RankView],
+                  nodes: Iterable[NodeView]) -> dict[int, Stall]:
+    """The verdicts that still stand, by rank: each rank's last one, while its node has kept
+    the state it had then and the rank has not been heard from since. No judging here:
+    the faces' way of reading the watch's events alike."""
+    since = {n.name: n.since for n in nodes if n.status is NodeStatus.RUNNING}
+    heard = {r.rank: last_heard(r) for r in ranks}
+    last: dict[int, Stall] = {}
+    for s in stalls:
+        last[s.rank] = s
+    out: dict[int, Stall] = {}
+    for rank, s in last.items():
+        if not (s.stalled or s.after_error) or s.node not in since:
+            continue
+        start, then = since[s.node], heard.get(rank)
+        if start is not None and start > s.time:
+            continue
+        if then is not None and then > s.time - s.idle_s + _SAME_S:
+            continue
+        out[rank] = s
+    return out
+
+
+def shown_health(ranks: Sequence[RankView], nodes: Sequence[NodeView], stalls: Sequence[Stall],
+                 now: float, config: HealthConfig = DEFAULTS) -> dict[int, RankHealth]:
+    """What a face shows of each rank: its idle time and whether it straggles, read off the
+    views here; whether it stalled only as the watch told it (:func:`stalled_marks`)."""
+    live = {n.name for n in nodes if n.status is NodeStatus.RUNNING}
+    told = stalled_marks(stalls, ranks, nodes)
+    out: dict[int, RankHealth] = {}
+    for rank, h in assess(ranks, now, live_nodes=live, config=config).items():
+        s = told.get(rank)
+        out[rank] = RankHealth(h.straggler, s is not None and s.stalled, h.idle_s,
+                               s is not None and s.whole_run, s is not None and s.after_error)
+    return out
 
 
 def stall_text(ev: Stall) -> str:
     """What ddptui says of one rank's stall, or of its end."""
     who = f"rank {ev.rank} on {ev.node}"
+    if ev.after_error:
+        return after_error_text([ev])
     if not ev.stalled:
         return f"{who} is going again after {ev.idle_s:.0f} s without a line or metric"
     if ev.whole_run:
@@ -137,22 +213,42 @@ def stall_text(ev: Stall) -> str:
 
 def whole_run_text(stalls: Sequence[Stall]) -> str:
     """The ranks of a whole-run stall, in one sentence: a line a rank would drown 128 ranks."""
+    idle = max(s.idle_s for s in stalls)
+    return (f"the whole run stalled: no rank has printed a line or metric for {idle:.0f} s "
+            f"({_where(stalls)}); one rank is likely stuck before a collective the others "
+            "wait in, and its Python stack shows which")
+
+
+def after_error_text(stalls: Sequence[Stall]) -> str:
+    """Ranks silent past the threshold after an error, in one sentence: why ddptui does not
+    call them stalled."""
+    idle = min(s.idle_s for s in stalls)
+    one = len(stalls) == 1
+    return (f"{_where(stalls)}: no line or metric for {idle:.0f} s since "
+            f"{'its last line, an error' if one else 'their last lines, errors'}; not a stall: "
+            f"the error{'' if one else 's'} say{'s' if one else ''} why")
+
+
+def _where(stalls: Sequence[Stall]) -> str:
+    """``rank 3 on b``; ``ranks 0, 1 on a; 2 on b``."""
     by_node: dict[str, list[int]] = {}
     for s in stalls:
         by_node.setdefault(s.node, []).append(s.rank)
     where = "; ".join(f"{_span(ranks)} on {node}" for node, ranks in by_node.items())
-    idle = max(s.idle_s for s in stalls)
-    return (f"the whole run stalled: no rank has printed a line or metric for {idle:.0f} s "
-            f"(rank{'s' if len(stalls) > 1 else ''} {where}); one rank is likely stuck before "
-            "a collective the others wait in, and its Python stack shows which")
+    return f"rank{'s' if len(stalls) > 1 else ''} {where}"
 
 
 def stall_texts(stalls: Sequence[Stall]) -> list[tuple[Stall, str]]:
     """What to say of a batch of stalls, in order: a whole-run stall once, then each rank's
-    own stall or end; each with the stall it starts from (its node heads the line)."""
+    own stall or end, then the ranks silent after an error, once; each with the stall it
+    starts from (its node heads the line)."""
     whole = [s for s in stalls if s.stalled and s.whole_run]
+    excused = [s for s in stalls if s.after_error]
     out = [(whole[0], whole_run_text(whole))] if whole else []
-    out.extend((s, stall_text(s)) for s in stalls if not (s.stalled and s.whole_run))
+    out.extend((s, stall_text(s)) for s in stalls
+               if not (s.stalled and s.whole_run) and not s.after_error)
+    if excused:
+        out.append((excused[0], after_error_text(excused)))
     return out
 
 

@@ -22,7 +22,7 @@ from textual.widgets import Footer
 from ddptui.chart.rows import store_chart
 from ddptui.engine.wire import EngineError
 from ddptui.events import Failure, NodeStatus
-from ddptui.store.health import assess
+from ddptui.store.health import shown_health
 from ddptui.store.store import Store
 from ddptui.store.views import NodeView, RunInfo
 from ddptui.tui import telemetry_cells
@@ -256,8 +256,8 @@ class DashboardScreen(Screen[None]):
         info = store.run_info()
         nodes = store.node_views()
         ranks = store.rank_views()
-        live = {n.name for n in nodes if n.status is NodeStatus.RUNNING}
-        health = assess(ranks, now, live_nodes=live, config=owner.health_config)
+        # stalls as the run's watch told them: the table never judges one again
+        health = shown_health(ranks, nodes, store.stall_list(), now, owner.health_config)
         telemetry = telemetry_cells.build(store.node_samples(), nodes, ranks, now,
                                           owner.visible_devices)
         rows = build_rows(nodes, ranks, health, lambda r: store.series(r, "loss")[1], now,

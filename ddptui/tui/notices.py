@@ -61,11 +61,13 @@ def node_change_notices(nodes: Iterable[NodeView], seen: Mapping[str, NodeStatus
 
 
 def stall_notices(stalls: Sequence[Stall]) -> list[Notice]:
-    """Ranks that stalled or went on again, in the headless output's words; ``k`` shows
-    their stacks."""
+    """Ranks that stalled, went on again, or fell silent after an error, in the headless
+    output's words; ``k`` shows their stacks."""
     notices = []
     for s, text in stall_texts(stalls):
-        if not s.stalled:
+        if s.after_error:
+            notices.append(Notice(text, "Silent after an error", "warning", 30))
+        elif not s.stalled:
             notices.append(Notice(text, "Rank going again"))
         elif s.whole_run:
             notices.append(Notice(f"{text}. Press k for the ranks' Python stacks.",

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from ddptui.config import load_config
 from ddptui.launch.precheck import before_launch
-from ddptui.remote.reach import map_at_once, probe_node
+from ddptui.remote.reach import answers, failures, map_at_once, probe_node
 
 TARGET_S = 2.0
 
@@ -38,13 +38,14 @@ def measure(path: Path) -> tuple[float, float, list[str]]:
     """(seconds to reach every node, seconds of preflight over those connections, problems)."""
     cfg = load_config(path)
     t0 = time.perf_counter()
-    reached = map_at_once(list(cfg.nodes), lambda n: probe_node(n, cfg))
+    results = map_at_once(list(cfg.nodes), lambda n: probe_node(n, cfg))
     t1 = time.perf_counter()
-    bad = [str(r) for r in reached if isinstance(r, Exception)]
+    bad = [str(f.error) for f in failures(results)]
     if bad:
         raise RuntimeError("; ".join(bad))
-    transports = {n.name: r[0] for n, r in zip(cfg.nodes, reached, strict=True)}
-    probes = {n.name: r[1] for n, r in zip(cfg.nodes, reached, strict=True)}
+    reached = answers(results)
+    transports = {r.item.name: r.value[0] for r in reached}
+    probes = {r.item.name: r.value[1] for r in reached}
     try:
         outcome = before_launch(cfg, transports, probes)
         t2 = time.perf_counter()

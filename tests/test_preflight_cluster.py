@@ -190,15 +190,15 @@ def test_automatic_preflight_over_open_connections(cluster2: Cluster, tmp_path: 
     torch import or a clock check (its cost is measured by bench/preflight.py, not here)."""
     from ddptui.config import load_config
     from ddptui.launch.precheck import before_launch
-    from ddptui.remote.reach import map_at_once, probe_node
+    from ddptui.remote.reach import answers, map_at_once, probe_node
 
     path, _ = hosts_file(cluster2, tmp_path)
     cfg = load_config(path)
-    reached = map_at_once(list(cfg.nodes), lambda n: probe_node(n, cfg))
-    transports = {n.name: r[0] for n, r in zip(cfg.nodes, reached, strict=True)}
+    reached = answers(map_at_once(list(cfg.nodes), lambda n: probe_node(n, cfg)))
+    transports = {r.item.name: r.value[0] for r in reached}
     try:
-        outcome = before_launch(cfg, transports, {n.name: r[1] for n, r in
-                                                  zip(cfg.nodes, reached, strict=True)})
+        assert len(reached) == len(cfg.nodes)
+        outcome = before_launch(cfg, transports, {r.item.name: r.value[1] for r in reached})
     finally:
         for t in transports.values():
             t.close()

@@ -247,16 +247,17 @@ def test_the_automatic_subset_on_sixteen_nodes(tmp_path: Path) -> None:
     """Sixteen local nodes, the endpoint listening for all sixteen connects (how long it takes
     is bench/preflight.py's business: a timed test fails on a busy machine, not on slow code)."""
     from ddptui.launch.precheck import before_launch
-    from ddptui.remote.reach import connect, map_at_once
+    from ddptui.remote.reach import answers, connect, map_at_once
 
     nodes = tuple(NodeConfig(f"n{i}", "localhost", transport="local",
                              python=sys.executable, workdir=str(tmp_path / f"w{i}"))
                   for i in range(16))
     cfg = HostsConfig(tmp_path / "h.yaml", nodes,
                       rendezvous=RendezvousConfig(endpoint="127.0.0.1", port=free_port()))
-    opened = map_at_once(list(nodes), lambda n: connect(n, cfg))
-    transports = {n.name: t for n, t in zip(nodes, opened, strict=True)}
+    opened = answers(map_at_once(list(nodes), lambda n: connect(n, cfg)))
+    transports = {t.item.name: t.value for t in opened}
     try:
+        assert len(transports) == len(nodes)
         outcome = before_launch(cfg, transports, {})
     finally:
         for t in transports.values():

@@ -158,9 +158,9 @@ from ddptui import cli
 from ddptui.remote import stop
 from ddptui.slurm import client
 
-said, real = sys.argv.pop(1), stop.SignalStop.stop
+said, real = sys.argv.pop(1), stop.by_signals
 
-def late(self, name, transport, target, grace, standby):
+def late(name, transport, target, grace, standby):
     if name == "sn2":
         want = ("DDPTUI_RUN=" + target.run_id + "/1").encode()
         for d in os.listdir("/proc"):
@@ -179,9 +179,9 @@ def late(self, name, transport, target, grace, standby):
         if not ours or client.wait_step_gone(ours[0], 30):
             with open(said, "w") as f:
                 f.write("ended")
-    return real(self, name, transport, target, grace, standby)
+    return real(name, transport, target, grace, standby)
 
-stop.SignalStop.stop = late
+stop.by_signals = late
 sys.exit(cli.main())
 """
 

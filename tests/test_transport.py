@@ -444,7 +444,7 @@ def test_dead_node(cluster_factory: ClusterFactory) -> None:
 def test_nodes_connect_at_once(cluster2: Cluster) -> None:
     """As the controller connects them (``map_at_once``): N nodes cost what the slowest one does,
     and a dead one is its own error, not the others'."""
-    from ddptui.remote.reach import map_at_once
+    from ddptui.remote.reach import Done, Failed, map_at_once
 
     opts = _opts(cluster2, connect_timeout=1.5)
     good = [SSHTransport(NodeConfig(name=h.name, host=h.name), opts) for h in cluster2.hosts]
@@ -454,13 +454,14 @@ def test_nodes_connect_at_once(cluster2: Cluster) -> None:
     ]
     start = time.monotonic()
     every = [*good, *ghosts]
-    res = dict(zip([t.node for t in every], map_at_once(every, lambda t: t.connect()), strict=True))
+    res = {r.item.node: r for r in map_at_once(every, lambda t: t.connect())}
     elapsed = time.monotonic() - start
     try:
-        assert res["node1"] is None and res["node2"] is None
+        assert isinstance(res["node1"], Done) and isinstance(res["node2"], Done)
         for g in ghosts:
-            err = res[g.node]
-            assert isinstance(err, TransportError) and err.node == g.node
+            failed = res[g.node]
+            assert isinstance(failed, Failed)
+            assert isinstance(failed.error, TransportError) and failed.error.node == g.node
         assert elapsed < 3.5
         for t in good:
             assert t.run("hostname", timeout=20).stdout.strip() == t.node

@@ -176,18 +176,19 @@ def _ask(meta: dict[str, Any], run_id: str, node: dict[str, Any]) -> dict[str, A
 
 def check_run(root: Path, run_id: str) -> Checked:
     """Ask every node of a run what is left of it; record the end when nothing is."""
-    from ddptui.remote.reach import map_at_once
+    from ddptui.remote.reach import Failed, map_at_once
 
     meta = read_run(root, run_id)
     nodes = list(meta.get("nodes", []))
     out = Checked(run_id)
     ends: dict[str, NodeEnd] = {}
-    answers = map_at_once(nodes, lambda n: _ask(meta, run_id, n))
-    for node, got in zip(nodes, answers, strict=True):
-        name = str(node["name"])
-        if isinstance(got, BaseException):
-            out.unreachable[name] = str(got).split("\n")[0]
-        elif got["alive"]:
+    for answer in map_at_once(nodes, lambda n: _ask(meta, run_id, n)):
+        name = str(answer.item["name"])
+        if isinstance(answer, Failed):
+            out.unreachable[name] = str(answer.error).split("\n")[0]
+            continue
+        got = answer.value
+        if got["alive"]:
             out.alive[name] = list(got["alive"])
         else:
             expired = bool(got.get("expired"))

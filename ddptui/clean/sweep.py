@@ -35,7 +35,7 @@ from ddptui.events import RunStatus
 from ddptui.launch.plan import expand_home
 from ddptui.outcome import LaunchError
 from ddptui.remote import nodeops
-from ddptui.remote.reach import connect, map_at_once
+from ddptui.remote.reach import Failed, connect, map_at_once
 from ddptui.store import rundir
 from ddptui.store.runs import NODE_FILES_REMOVED, read_run, state_root, write_run
 from ddptui.transport.base import Transport, TransportError
@@ -87,11 +87,11 @@ def clean(config: HostsConfig, *, state: Path | None = None, policy: Policy | No
                                            f"{res.exit_code}): {_last(res.stderr)}")
             return freed
 
-        for node, res in zip(nodes, map_at_once(nodes, remove), strict=True):
-            if isinstance(res, Exception):
-                report.errors.append(str(res))
+        for removed in map_at_once(nodes, remove):
+            if isinstance(removed, Failed):
+                report.errors.append(str(removed.error))
             else:
-                report.nodes[node.name] = res
+                report.nodes[removed.item.name] = removed.value
     finally:
         for t in transports.values():
             with contextlib.suppress(Exception):
@@ -123,12 +123,14 @@ def _scan_all(config: HostsConfig, nodes: list[NodeConfig], transports: dict[str
     problems: list[str] = []
     scans: dict[str, NodeScan] = {}
     workdirs: dict[str, str] = {}
-    for node, res in zip(nodes, map_at_once(nodes, scan), strict=True):
-        if isinstance(res, Exception):
-            problems.append(str(res) if isinstance(res, TransportError | LaunchError)
-                            else f"node {node.name} ({node.host}): {type(res).__name__}: {res}")
+    for got in map_at_once(nodes, scan):
+        node = got.item
+        if isinstance(got, Failed):
+            e = got.error
+            problems.append(str(e) if isinstance(e, TransportError | LaunchError)
+                            else f"node {node.name} ({node.host}): {type(e).__name__}: {e}")
         else:
-            scans[node.name], workdirs[node.name] = res
+            scans[node.name], workdirs[node.name] = got.value
     if problems:
         raise LaunchError([*problems, "nothing was removed on any node: a run that looks "
                                       "finished elsewhere may still run there"])

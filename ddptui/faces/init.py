@@ -11,12 +11,12 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import yaml
 
 from ddptui.config import ConfigError, HostsConfig, parse_config
-from ddptui.remote.reach import connect, map_at_once
+from ddptui.remote.reach import Failed, answers, connect, failures, map_at_once
 from ddptui.scaffold.hostsfile import HostFacts, render
 from ddptui.scaffold.probe import Found, parse, probe_cmd
 
@@ -69,28 +69,26 @@ def run_init(hosts: list[str], out: Path, *, python: str | None, force: bool,
         return USAGE_EXIT
     nodes = list(config.ordered_nodes)
     opened = map_at_once(nodes, lambda n: connect(n, config))
+    transports = [t.value for t in answers(opened)]
     try:
-        failed = [(n.host, t) for n, t in zip(nodes, opened, strict=True)
-                  if isinstance(t, Exception)]
-        if failed:
-            return _unreached(stderr, failed)
+        if len(transports) < len(nodes):
+            return _unreached(stderr, [(f.item.host, f.error) for f in failures(opened)])
         # Toward the first host's address as ssh resolved it; the first asks toward the second.
-        towards = [(nodes[0].host, opened[0].address) if i else
-                   (nodes[1].host, opened[1].address) if len(nodes) > 1 else (None, None)
+        towards = [(nodes[0].host, transports[0].address) if i else
+                   (nodes[1].host, transports[1].address) if len(nodes) > 1 else (None, None)
                    for i in range(len(nodes))]
-        answers = map_at_once(
-            list(zip(opened, towards, strict=True)),
+        asked = map_at_once(
+            list(zip(transports, towards, strict=True)),
             lambda tt: parse(tt[0].run(probe_cmd(python, tt[1][1]),
                                        timeout=PROBE_TIMEOUT).stdout))
     finally:
-        for t in opened:
-            if not isinstance(t, Exception):
-                t.close()
-    unreached = [(n.host, a) for n, a in zip(nodes, answers, strict=True)
-                 if isinstance(a, Exception)]
+        for transport in transports:
+            transport.close()
+    unreached = [(n.host, a.error) for n, a in zip(nodes, asked, strict=True)
+                 if isinstance(a, Failed)]
     if unreached:
         return _unreached(stderr, unreached)
-    found: list[Found] = answers
+    found: list[Found] = [a.value for a in answers(asked)]
     missing = [(n.host, f) for n, f in zip(nodes, found, strict=True) if f.python is None]
     if missing:
         for host, f in missing:
@@ -133,7 +131,7 @@ def _check(out: Path, stdout: TextIO, stderr: TextIO) -> int:
     return code
 
 
-def _unreached(stderr: TextIO, failed: list[tuple[str, Any]]) -> int:
+def _unreached(stderr: TextIO, failed: list[tuple[str, Exception]]) -> int:
     for host, err in failed:
         print(f"ddptui: host {host} could not be asked: {err}", file=stderr)
     print("ddptui: nothing was written", file=stderr)

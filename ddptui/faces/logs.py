@@ -27,13 +27,12 @@ def _age(t: float | None) -> str:
 def check_stale(base: Path, runs: list[RunSummary], out: TextIO) -> None:
     """Ask the nodes of every stale run what is left of it (``--check``), all at once."""
     from ddptui.afterwards.reconcile import check_run
-    from ddptui.remote.reach import map_at_once
+    from ddptui.remote.reach import Done, map_at_once
 
     stale = [r for r in runs if r.stale]
-    for r, got in zip(stale, map_at_once(stale, lambda r: check_run(base, r.run_id)),
-                      strict=True):
-        text = got.text() if not isinstance(got, BaseException) else (
-            f"run {r.run_id}: could not be checked: {got}")
+    for got in map_at_once(stale, lambda r: check_run(base, r.run_id)):
+        text = got.value.text() if isinstance(got, Done) else (
+            f"run {got.item.run_id}: could not be checked: {got.error}")
         out.write(f"ddptui: {text}\n")
 
 

@@ -13,7 +13,7 @@ from typing import TextIO
 
 from ddptui.config import HostsConfig
 from ddptui.config.secrets import config_masker
-from ddptui.remote.reach import connect, map_at_once
+from ddptui.remote.reach import Failed, connect, map_at_once
 from ddptui.remote.stacks import stacks_lines, take
 from ddptui.store import rundir
 from ddptui.store.runs import no_run, read_run
@@ -35,11 +35,11 @@ def show_stacks(state_root: Path | None, run_id: str, *, rank: int | None = None
     config = HostsConfig.from_dict(meta["config"])
     nodes = list(config.nodes)
     transports: dict[str, Transport] = {}
-    for node, got in zip(nodes, map_at_once(nodes, lambda n: connect(n, config)), strict=True):
-        if isinstance(got, Exception):
-            err.write(f"ddptui: could not reach node {node.name}: {got}\n")
+    for got in map_at_once(nodes, lambda n: connect(n, config)):
+        if isinstance(got, Failed):
+            err.write(f"ddptui: could not reach node {got.item.name}: {got.error}\n")
         else:
-            transports[node.name] = got
+            transports[got.item.name] = got.value
     try:
         stacks = take(run_id, config, transports, rundir.run_dir(root, run_id), rank=rank,
                       mask=config_masker(config).text)

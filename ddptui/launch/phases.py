@@ -22,7 +22,7 @@ from ddptui.launch.ports import Abort, LaunchContext, on_every_node
 from ddptui.launch.rank_env import probe_as_ranks
 from ddptui.outcome import LaunchError
 from ddptui.remote import nodeops
-from ddptui.remote.reach import map_at_once, probe
+from ddptui.remote.reach import Failed, failures, map_at_once, probe
 from ddptui.run_state import NodeEvent, NodeRecord
 from ddptui.sync.walk import Walked
 from ddptui.transport.base import TransportError
@@ -65,7 +65,8 @@ def launch(ctx: LaunchContext, *, checks_first: bool, planned: Callable[[Plan], 
         start_all(ctx, plan)
 
 
-def _failed(ctx: LaunchContext, node: NodeConfig, err: Exception) -> str:
+def _failed(ctx: LaunchContext, failed: Failed[NodeConfig]) -> str:
+    node, err = failed.item, failed.error
     msg = str(err) if isinstance(err, TransportError | LaunchError) else (
         f"node {node.name} ({node.host}): {type(err).__name__}: {err}")
     ctx.node_update(node.name, NodeEvent.FAIL, msg.split("\n")[0])
@@ -81,12 +82,11 @@ def reach(ctx: LaunchContext) -> dict[str, str]:
 
     problems: list[str] = []
     homes: dict[str, str] = {}
-    for node, res in zip(nodes, map_at_once(nodes, lambda n: ctx.pool.open(n).home()),
-                         strict=True):
-        if isinstance(res, str):
-            homes[node.name] = res
+    for res in map_at_once(nodes, lambda n: ctx.pool.open(n).home()):
+        if isinstance(res, Failed):
+            problems.append(_failed(ctx, res))
         else:
-            problems.append(_failed(ctx, node, res))
+            homes[res.item.name] = res.value
     if problems:
         problems += _probe(ctx, [n for n in nodes if n.name in homes])[1]
         raise Abort(problems, cleanup=False)
@@ -101,12 +101,12 @@ def probe_all(ctx: LaunchContext, envs: dict[str, rank_env.RankEnv]
     probes: dict[str, nodeops.Probe] = {}
     bare: dict[str, TorchInfo | None] = {}
     problems: list[str] = []
-    found = map_at_once(nodes, lambda n: probe_as_ranks(n, ctx.pool.get(n.name), envs[n.name]))
-    for node, res in zip(nodes, found, strict=True):
-        if isinstance(res, tuple):
-            probes[node.name], bare[node.name] = res
+    for res in map_at_once(nodes, lambda n: probe_as_ranks(n, ctx.pool.get(n.name),
+                                                            envs[n.name])):
+        if isinstance(res, Failed):
+            problems.append(_failed(ctx, res))
         else:
-            problems.append(_failed(ctx, node, res))
+            probes[res.item.name], bare[res.item.name] = res.value
     if problems:
         raise Abort(problems, cleanup=False)
     return probes, bare
@@ -116,12 +116,11 @@ def _probe(ctx: LaunchContext, nodes: list[NodeConfig]
            ) -> tuple[dict[str, nodeops.Probe], list[str]]:
     probes: dict[str, nodeops.Probe] = {}
     problems: list[str] = []
-    found = map_at_once(nodes, lambda n: probe(n, ctx.pool.get(n.name)))
-    for node, res in zip(nodes, found, strict=True):
-        if isinstance(res, nodeops.Probe):
-            probes[node.name] = res
+    for res in map_at_once(nodes, lambda n: probe(n, ctx.pool.get(n.name))):
+        if isinstance(res, Failed):
+            problems.append(_failed(ctx, res))
         else:
-            problems.append(_failed(ctx, node, res))
+            probes[res.item.name] = res.value
     return probes, problems
 
 
@@ -199,11 +198,11 @@ def start_early(ctx: LaunchContext, plan: Plan) -> bool:
         name = node_launch.node.name
         ctx.record.node(name, pgid=staging.start(ctx.pool.get(name), node_launch, ctx.run_id))
 
-    results = map_at_once(list(plan.nodes), early)
+    failed = failures(map_at_once(plan.nodes, early))
     if ctx.not_ours:  # going on in order would meet the same: the name is taken
-        raise Abort([str(e) for e in results if isinstance(e, staging.RunExists)],
+        raise Abort([str(f.error) for f in failed if isinstance(f.error, staging.RunExists)],
                     cleanup=True, kill=True)
-    if any(isinstance(e, Exception) for e in results):
+    if failed:
         undo(ctx, kill=True, cleanup=True)
         for node_launch in plan.nodes:
             ctx.record.node(node_launch.node.name, pgid=None)

@@ -19,7 +19,7 @@ from pathlib import Path
 from ddptui.config import HostsConfig, NodeConfig
 from ddptui.events import Event
 from ddptui.launch.plan import NodeLaunch, Plan
-from ddptui.remote.reach import connect, map_at_once
+from ddptui.remote.reach import connect, failures, map_at_once
 from ddptui.remote.stop import Stopper
 from ddptui.run_state import NodeEvent
 from ddptui.store.record import Recorder
@@ -41,7 +41,7 @@ def on_every_node(plan: Plan, fn: Callable[[NodeLaunch], object], *, cleanup: bo
                   kill: bool = False) -> None:
     """``fn`` on every node of ``plan`` at once; any node's failure ends the launch with
     every node's error (an :class:`Abort` with ``cleanup`` and ``kill``)."""
-    errs = [str(e) for e in map_at_once(list(plan.nodes), fn) if isinstance(e, Exception)]
+    errs = [str(f.error) for f in failures(map_at_once(plan.nodes, fn))]
     if errs:
         raise Abort(errs, cleanup=cleanup, kill=kill)
 

@@ -30,7 +30,7 @@ from ddptui.launch.plan import expand_home
 from ddptui.launch.project import project_dirs
 from ddptui.launch.rank_env import torch_of
 from ddptui.remote import nodeops
-from ddptui.remote.reach import connect, map_at_once
+from ddptui.remote.reach import Done, Failed, connect, map_at_once
 from ddptui.sync.walk import walk
 from ddptui.transport.base import Transport, TransportError
 
@@ -107,13 +107,9 @@ def gather(config: HostsConfig, transports: Mapping[str, Transport], endpoint: E
                               received_at=time.time() if full else None)
         return dataclasses.replace(report, bare_torch=bare)
 
-    reports = {}
-    for node, res in zip(nodes, map_at_once(nodes, ask), strict=True):
-        if isinstance(res, NodeReport):
-            reports[node.name] = res
-        else:
-            reports[node.name] = NodeReport(node.name, not_run=f"{type(res).__name__}: {res}")
-    return reports
+    return {res.item.name: res.value if isinstance(res, Done) else
+            NodeReport(res.item.name, not_run=f"{type(res.error).__name__}: {res.error}")
+            for res in map_at_once(nodes, ask)}
 
 
 def explained(config: HostsConfig, transports: Mapping[str, Transport],
@@ -132,9 +128,10 @@ def explained(config: HostsConfig, transports: Mapping[str, Transport],
         env = envs.get(node.name) or rank_env.for_node(config, node)
         return rank_env.ask_causes(transports[node.name], env, reports[node.name].bare_torch)
 
-    for node, found in zip(asked, map_at_once(asked, ask), strict=True):
-        if isinstance(found, tuple):
-            reports[node.name] = dataclasses.replace(reports[node.name], torch_causes=found)
+    for found in map_at_once(asked, ask):
+        if isinstance(found, Done):
+            name = found.item.name
+            reports[name] = dataclasses.replace(reports[name], torch_causes=found.value)
     return judge(config, reports, endpoint)
 
 
@@ -163,12 +160,13 @@ def check(config: HostsConfig) -> Outcome:
     opened = map_at_once(nodes, lambda n: connect(n, config))
     transports: dict[str, Transport] = {}
     reports: dict[str, NodeReport] = {}
-    for node, res in zip(nodes, opened, strict=True):
-        if isinstance(res, Exception):
-            why = str(res) if isinstance(res, TransportError) else f"{type(res).__name__}: {res}"
-            reports[node.name] = NodeReport(node.name, unreachable=why)
+    for res in opened:
+        if isinstance(res, Failed):
+            e = res.error
+            why = str(e) if isinstance(e, TransportError) else f"{type(e).__name__}: {e}"
+            reports[res.item.name] = NodeReport(res.item.name, unreachable=why)
         else:
-            transports[node.name] = res
+            transports[res.item.name] = res.value
     try:
         endpoint = endpoint_of(config, {k: t.address for k, t in transports.items()})
         envs = check_envs(config, transports)

@@ -18,7 +18,7 @@ from ddptui.config.secrets import REDACTED, Masker, missing_secrets
 from ddptui.events import LogLine
 from ddptui.launch.plan import exported_env
 from ddptui.outcome import LaunchError
-from ddptui.remote.reach import map_at_once
+from ddptui.remote.reach import answers, map_at_once
 from ddptui.store import rundir
 from ddptui.transport.base import Transport
 
@@ -43,11 +43,11 @@ def recover(config: HostsConfig, transports: Mapping[str, Transport],
         text = transports[name].read_from(path, 0, _SCRIPT_MAX).decode("utf-8", "replace")
         return exported_env(text)
 
-    found = dict(zip(names, map_at_once(names, read), strict=True))
+    found = {got.item: got.value for got in answers(map_at_once(names, read))}
     nodes = []
     for node in config.nodes:
         got = found.get(node.name)
-        if isinstance(got, dict):
+        if got is not None:
             env = {k: got[k] if v == REDACTED and k in got and k in config.withheld_env else v
                    for k, v in node.env.items()}
             node = dataclasses.replace(node, env=env)

@@ -23,7 +23,7 @@ from ddptui.nodelog import NodeLogParser
 from ddptui.nodeprog import torchrun_tee
 from ddptui.outcome import LaunchError
 from ddptui.remote import nodeops
-from ddptui.remote.reach import map_at_once
+from ddptui.remote.reach import answers, failures, map_at_once
 from ddptui.run_state import NodeRecord, RunRecord
 from ddptui.store import rundir
 from ddptui.store.runs import no_run, read_run
@@ -48,17 +48,16 @@ def reconnect(config: HostsConfig, pool: NodePool,
     """Connect to every node again. A node that cannot be reached is followed all the same,
     as silent from the start: the watch declares it lost after ``lost_after``, so attaching
     settles a run whose node is gone. Only when no node answers does attaching fail."""
-    nodes = list(config.nodes)
-    results = map_at_once(nodes, pool.open)
-    problems = [str(e) for e in results if isinstance(e, Exception)]
-    if problems and len(problems) == len(results):
+    results = map_at_once(list(config.nodes), pool.open)
+    failed = failures(results)
+    if failed and len(failed) == len(results):
         pool.close_all()
-        raise LaunchError(problems)
-    for node, res in zip(nodes, results, strict=True):
-        if isinstance(res, Exception):
-            pool.put(node.name, make_transport(node, config))  # not connected
-            note(node.name, f"could not reach node {node.name} ({res}); it is lost unless it "
-                            f"answers within {config.health.lost_after:g} s", Level.WARNING)
+        raise LaunchError([str(f.error) for f in failed])
+    for f in failed:
+        node = f.item
+        pool.put(node.name, make_transport(node, config))  # not connected
+        note(node.name, f"could not reach node {node.name} ({f.error}); it is lost unless it "
+                        f"answers within {config.health.lost_after:g} s", Level.WARNING)
 
 
 def marks(pool: NodePool, nodes: Mapping[str, NodeRecord]) -> dict[str, set[str]]:
@@ -68,9 +67,7 @@ def marks(pool: NodePool, nodes: Mapping[str, NodeRecord]) -> dict[str, set[str]
         res = pool.get(name).run(nodeops.launch_marks_cmd(nodes[name].run_dir), timeout=30)
         return set(res.stdout.split())
 
-    names = list(nodes)
-    return {n: m for n, m in zip(names, map_at_once(names, ask), strict=True)
-            if not isinstance(m, Exception)}
+    return {got.item: got.value for got in answers(map_at_once(list(nodes), ask))}
 
 
 def unreleased(found: Mapping[str, set[str]]) -> dict[str, str]:

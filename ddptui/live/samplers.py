@@ -12,6 +12,7 @@ it is gone. Attach starts a fresh one.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from ddptui.config import HostsConfig
 from ddptui.events import Event, Level
 from ddptui.ingest import split_complete
-from ddptui.remote.reach import map_at_once
+from ddptui.remote.reach import failures, map_at_once
 from ddptui.store import rundir
 from ddptui.telemetry import sampler
 from ddptui.telemetry.parse import SamplerParser
@@ -202,7 +203,7 @@ class Samplers:
             def note_node(text: str, level: Level, name: str = name) -> None:
                 note(name, text, level)
 
-            s = NodeSampler(node=name, transport=lambda name=name: transport(name),
+            s = NodeSampler(node=name, transport=functools.partial(transport, name),
                             node_dir=node_dir(name), run_id=run_id, pgid=pgid(name),
                             path=node.env.get("PATH"), publish=publish_node, note=note_node)
             self.by_node[name] = s
@@ -216,9 +217,6 @@ class Samplers:
         for s in samplers:
             s.halt.set()
         results = map_at_once(samplers, lambda s: s.end(remote=s.node not in lost))
-        problems: dict[str, str] = {}
-        for s, res in zip(samplers, results, strict=True):
-            if isinstance(res, Exception):
-                problems[s.node] = str(res)
+        problems = {f.item.node: str(f.error) for f in failures(results)}
         self.by_node.clear()
         return problems

@@ -7,9 +7,10 @@ exception that hides them, so a person sees every bad node of a hosts file in on
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from ddptui.config import HostsConfig, NodeConfig
 from ddptui.diagnose.preflight.report import TorchInfo
@@ -19,21 +20,48 @@ from ddptui.transport.base import CommandResult, Transport
 from ddptui.transport.factory import make_transport
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
-def map_at_once(items: list[T], fn: Callable[[T], Any]) -> list[Any]:
-    """Run ``fn`` on every item at once; results (or the exception raised) in order."""
+@dataclass(frozen=True, slots=True)
+class Done(Generic[T, R]):
+    """``fn`` answered ``value`` for ``item``."""
+
+    item: T
+    value: R
+
+
+@dataclass(frozen=True, slots=True)
+class Failed(Generic[T]):
+    """``fn`` raised ``error`` for ``item``: one node's failure beside the others' answers."""
+
+    item: T
+    error: Exception
+
+
+def map_at_once(items: Sequence[T], fn: Callable[[T], R]) -> list[Done[T, R] | Failed[T]]:
+    """Run ``fn`` on every item at once; each item's answer or failure, in the items' order."""
     if not items:
         return []
 
-    def guarded(item: T) -> Any:
+    def guarded(item: T) -> Done[T, R] | Failed[T]:
         try:
-            return fn(item)
+            return Done(item, fn(item))
         except Exception as e:
-            return e
+            return Failed(item, e)
 
     with ThreadPoolExecutor(max_workers=min(32, len(items))) as pool:
         return list(pool.map(guarded, items))
+
+
+def answers(results: Sequence[Done[T, R] | Failed[T]]) -> list[Done[T, R]]:
+    """The items that answered, in order."""
+    return [r for r in results if isinstance(r, Done)]
+
+
+def failures(results: Sequence[Done[T, R] | Failed[T]]) -> list[Failed[T]]:
+    """The items that failed, in order."""
+    return [r for r in results if isinstance(r, Failed)]
 
 
 def connect(node: NodeConfig, config: HostsConfig) -> Transport:

@@ -139,7 +139,7 @@ def parse_stacks(node: str, python: str, stdout: str, stderr: str = "") -> NodeS
 def collect(run_id: str, config: HostsConfig, transports: Mapping[str, Transport], *,
             nodes: list[str] | None = None, rank: int | None = None) -> list[NodeStacks]:
     """The stacks of the ranks on ``nodes`` (default: every node), or of ``rank`` only."""
-    from ddptui.remote.reach import map_at_once  # here: the dashboard imports the types
+    from ddptui.remote.reach import Done, map_at_once  # here: the dashboard imports the types
 
     names = nodes or [n.name for n in config.nodes]
     want = None if rank is None else {rank}
@@ -153,10 +153,9 @@ def collect(run_id: str, config: HostsConfig, transports: Mapping[str, Transport
                             timeout=DUMP_TIMEOUT_S + 30)
         return parse_stacks(name, node.python, res.stdout, res.stderr)
 
-    out = []
-    for name, got in zip(names, map_at_once(names, one), strict=True):
-        out.append(got if isinstance(got, NodeStacks)
-                   else NodeStacks(name, problem=f"could not reach {name}: {got}"))
+    out = [got.value if isinstance(got, Done)
+           else NodeStacks(got.item, problem=f"could not reach {got.item}: {got.error}")
+           for got in map_at_once(names, one)]
     if rank is not None:  # only the node that holds the rank has something to say
         holding = [n for n in out if n.ranks]
         if holding:

@@ -10,10 +10,13 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 #: Called with each piece of a command's output as it arrives; ``stderr`` says which stream.
 OnOutput = Callable[[bytes, bool], None]
+
+#: What a node's stop program reports (:meth:`Transport.stop_run` passes it through).
+Stopped = TypeVar("Stopped")
 
 
 class TransportError(Exception):
@@ -76,9 +79,6 @@ class Transport(Protocol):
     node: str
     #: The address the node was reached at (ssh HostName after ~/.ssh/config), for rendezvous.
     address: str
-    #: How a run's processes on a node reached this way are stopped: the name of a strategy
-    #: in :mod:`ddptui.remote.stop` (a scheduler's transport names its own).
-    stop_kind: str
 
     def connect(self, timeout: float) -> None:
         """Open the one connection that every later call reuses; raise TransportError."""
@@ -112,3 +112,11 @@ class Transport(Protocol):
 
     def close(self) -> None:
         """Drop the connection; the job on the node is untouched."""
+
+    def stop_run(self, run_id: str, stop_here: Callable[[], Stopped]) -> Stopped | None:
+        """Stop run ``run_id`` on the node. ``stop_here`` runs the node's stop program
+        (SIGTERM to every process of the run there, the grace, SIGKILL, what is left), the
+        whole stop over SSH and locally; a scheduler's transport adds what its way of
+        reaching the node needs (the run's job step cancelled). None: the node could not be
+        asked, but holds nothing of the run any more (its job has ended). Raise
+        :class:`TransportError` when nothing can say whether the run stopped there."""

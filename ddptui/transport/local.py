@@ -15,17 +15,15 @@ import signal
 import subprocess
 import tempfile
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import IO
 
 from ddptui.config import NodeConfig
-from ddptui.transport.base import CommandResult, Detached, OnOutput, TransportError
+from ddptui.transport.base import CommandResult, Detached, OnOutput, Stopped, TransportError
 
 
 class LocalTransport:
     """A node that is this machine; there is nothing to connect, so nothing can drop."""
-
-    stop_kind = "signals"  # SIGTERM, grace, SIGKILL to the run's processes
 
     def __init__(self, node: NodeConfig) -> None:
         self.node = node.name
@@ -153,6 +151,10 @@ class LocalTransport:
                 return b""
             fh.seek(offset)
             return fh.read(min(max_bytes, size - offset))
+
+    def stop_run(self, run_id: str, stop_here: Callable[[], Stopped]) -> Stopped | None:
+        """Signals alone: the node's stop program is the whole stop."""
+        return stop_here()
 
     def close(self) -> None:
         """Nothing to drop; a job started here keeps running, as over SSH."""

@@ -10,18 +10,21 @@ the run on that node.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import subprocess
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ddptui.config import NodeConfig
-from ddptui.transport.base import CommandResult, Detached, OnOutput, TransportError
+from ddptui.slurm import client
+from ddptui.slurm.jobinfo import SlurmError
+from ddptui.transport.base import CommandResult, Detached, OnOutput, Stopped, TransportError
 from ddptui.transport.srun import frames
 from ddptui.transport.srun.agent import SOURCE
 from ddptui.transport.srun.link import AgentLink, Channel, LinkClosed
-from ddptui.transport.srun.names import AGENT_STEP
+from ddptui.transport.srun.names import AGENT_STEP, step_name
 
 #: Per-task variables srun sets that would make a training stack believe Slurm started its
 #: ranks (Lightning's SLURMEnvironment, for one, reads SLURM_NTASKS and SLURM_PROCID) when
@@ -37,8 +40,6 @@ _ABSENT = 66
 
 class SrunTransport:
     """A node of allocation ``job``; one controller thread plus occasional other callers."""
-
-    stop_kind = "slurm"  # signal and cancel the run's step (ddptui.remote.stop)
 
     def __init__(self, node: NodeConfig, job: str) -> None:
         self.node = node.name
@@ -188,6 +189,38 @@ class SrunTransport:
             raise OSError(f"{self.node}: cannot read {remote_path}: "
                           f"{err.decode('utf-8', 'replace').strip()}")
         return out
+
+    def stop_run(self, run_id: str, stop_here: Callable[[], Stopped]) -> Stopped | None:
+        """The node's stop program, as over SSH (SIGTERM to every process of the run there,
+        the grace, SIGKILL, and what is left, confirmed), then the run's step cancelled and
+        awaited until Slurm no longer lists it.
+
+        No ``scancel --signal`` first: the stop program signals every process of the run, so
+        Slurm's SIGTERM would be a second one, which interrupts torchrun's own shutdown; and
+        Slurm's answer to it tells nothing (22.05 delivers a signal to a running step and
+        answers "Invalid job id specified" all the same; a step that has ended is answered
+        with success). A step may end by itself at any moment (another node's stop ended the
+        rendezvous, and torchrun with it): the node's processes say whether the run stopped
+        there, so such a node is stopped, not lost. A job Slurm has ended holds nothing any
+        more, so a node of it that cannot be reached has nothing to stop."""
+        try:
+            found = stop_here()
+        except TransportError:
+            try:
+                if not client.job_running(self.job):
+                    return None
+            except SlurmError as e:
+                raise TransportError(self.node, f"node {self.node}: neither the node nor Slurm "
+                                                "could say whether the run stopped there: "
+                                                f"{e}") from None
+            raise
+        with contextlib.suppress(SlurmError):  # the processes are gone: the step ends too
+            for step in client.steps(self.job):
+                if step.name == step_name(run_id) and step.nodes == self.host:
+                    with contextlib.suppress(SlurmError):  # it ended meanwhile
+                        client.cancel(step.step_id)
+                    client.wait_step_gone(step.step_id)
+        return found
 
     def close(self) -> None:
         link, self._link = self._link, None

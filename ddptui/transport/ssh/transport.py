@@ -20,12 +20,12 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import paramiko
 
 from ddptui.config import NodeConfig, SSHOptions
-from ddptui.transport.base import CommandResult, Detached, OnOutput, TransportError
+from ddptui.transport.base import CommandResult, Detached, OnOutput, Stopped, TransportError
 from ddptui.transport.ssh.auth import authenticate
 from ddptui.transport.ssh.hostkeys import check_host_key, known_entries, prefer_key_types
 from ddptui.transport.ssh.resolve import Endpoint, HopError, Resolver
@@ -41,8 +41,6 @@ SFTP_TIMEOUT_S = 60.0
 
 class SSHTransport:
     """A node reached over SSH. One controller thread plus occasional other callers may share it."""
-
-    stop_kind = "signals"  # SIGTERM, grace, SIGKILL to the run's processes
 
     def __init__(self, node: NodeConfig, options: SSHOptions | None = None) -> None:
         self.node = node.name
@@ -226,7 +224,8 @@ class SSHTransport:
 
     def _sftp_client(self) -> paramiko.SFTPClient:
         """The one SFTP session (caller holds ``_sftp_lock``), reopened if it died."""
-        if self._sftp is not None and not self._sftp.get_channel().closed:
+        channel = self._sftp.get_channel() if self._sftp is not None else None
+        if self._sftp is not None and channel is not None and not channel.closed:
             return self._sftp
         t = self._active()
         try:
@@ -237,7 +236,9 @@ class SSHTransport:
             ) from exc
         if self._sftp is None:
             raise TransportError(self.node, f"{self.node} ({self.address}): SFTP refused.")
-        self._sftp.get_channel().settimeout(SFTP_TIMEOUT_S)
+        channel = self._sftp.get_channel()
+        if channel is not None:
+            channel.settimeout(SFTP_TIMEOUT_S)
         return self._sftp
 
     @contextlib.contextmanager
@@ -317,6 +318,10 @@ class SSHTransport:
         except (TimeoutError, paramiko.SSHException, EOFError, OSError) as exc:
             raise TransportError(self.node, f"{self.node} ({self.address}): reading "
                                  f"{remote_path} failed: {exc or type(exc).__name__}") from exc
+
+    def stop_run(self, run_id: str, stop_here: Callable[[], Stopped]) -> Stopped | None:
+        """Signals alone: the node's stop program is the whole stop."""
+        return stop_here()
 
     def close(self) -> None:
         with self._lock:

@@ -6,9 +6,11 @@ dashboard's toast, ``run.json``) words and places it as it needs without parsing
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+
+from ddptui.events import JSON
 
 
 class Cause(StrEnum):
@@ -66,7 +68,7 @@ class Diagnosis:
             out.extend(f"  node {node}: {line}" for line in lines)
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JSON]:
         """JSON-ready, for ``run.json``'s ``diagnosis`` key."""
         return {
             "cause": self.cause.value,
@@ -81,14 +83,20 @@ class Diagnosis:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Diagnosis:
+    def from_dict(cls, data: Mapping[str, JSON]) -> Diagnosis:
         """Back from ``run.json``, for ``ddptui logs``; a record it cannot read raises
         ``ValueError`` (an unknown cause, a missing field), so the caller diagnoses anew."""
+        node, rank, t = data.get("node"), data.get("rank"), data.get("time")
+        evidence, details = data.get("evidence") or [], data.get("details") or {}
+        if not (isinstance(node, str | None) and isinstance(rank, int | None)
+                and isinstance(t, int | float | None) and isinstance(evidence, list)
+                and isinstance(details, dict)
+                and all(isinstance(lines, list) for lines in details.values())):
+            raise ValueError("run.json's diagnosis cannot be read: a field of the wrong type")
         try:
-            return cls(Cause(data["cause"]), str(data["headline"]), str(data["what"]),
-                       str(data["advice"]), data.get("node"), data.get("rank"),
-                       data.get("time"), [str(s) for s in data.get("evidence") or []],
+            return cls(Cause(str(data["cause"])), str(data["headline"]), str(data["what"]),
+                       str(data["advice"]), node, rank, t, [str(s) for s in evidence],
                        {str(n): [str(s) for s in lines]
-                        for n, lines in (data.get("details") or {}).items()})
+                        for n, lines in details.items() if isinstance(lines, list)})
         except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"run.json's diagnosis cannot be read: {e!r}") from None

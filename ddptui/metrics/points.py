@@ -18,9 +18,8 @@ import io
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Any
 
-from ddptui.events import Metric, MetricRun
+from ddptui.events import JSON, Metric, MetricRun
 from ddptui.metrics.bulk import made_from
 
 #: A record's fields that are not series values.
@@ -45,9 +44,9 @@ class Point:
 _PLAIN = bytes(c for c in range(32, 127) if c not in b'"\\') + b"\n"
 
 
-def record(ev: Metric) -> dict[str, Any]:
+def record(ev: Metric) -> dict[str, JSON]:
     """A metric's line of ``metrics.jsonl``, as a dict."""
-    rec = {"node": ev.node, "rank": ev.rank, "kind": ev.kind, "step": ev.step,
+    rec: dict[str, JSON] = {"node": ev.node, "rank": ev.rank, "kind": ev.kind, "step": ev.step,
            "time": ev.time, "attempt": ev.attempt, **ev.values, **ev.extra}
     if ev.recognizer != "ddptui":  # read from an ordinary line (ddptui.metrics)
         rec.update(recognizer=ev.recognizer, step_kind=ev.step_kind)
@@ -90,15 +89,17 @@ def points(lines: Iterable[str]) -> Iterator[Point]:
             yield from _points_of(rec)
 
 
-def _points_of(rec: dict[str, Any]) -> Iterator[Point]:
-    head = (str(rec.get("node", "")), int(rec.get("rank", -1)), rec.get("step"),
+def _points_of(rec: dict[str, JSON]) -> Iterator[Point]:
+    rank, step, t = rec.get("rank", -1), rec.get("step"), rec.get("time", 0.0)
+    if not isinstance(rank, int | float) or not isinstance(t, int | float):
+        return  # a foreign record, with no rank or time to place its values by
+    head = (str(rec.get("node", "")), int(rank), step if isinstance(step, int | float) else None,
             str(rec.get("step_kind", "step")))
     by = str(rec.get("recognizer", "ddptui"))
-    t = float(rec.get("time", 0.0))
     for name, value in rec.items():
         if name in FIELDS or isinstance(value, bool) or not isinstance(value, int | float):
             continue
-        yield Point(*head, name, float(value), by, t)
+        yield Point(*head, name, float(value), by, float(t))
 
 
 def series_of(found: Iterable[Point], name: str) -> dict[int, tuple[list[float], list[float]]]:

@@ -212,7 +212,7 @@ def read_route(out: str) -> tuple[str | None, str | None]:
     return dev, src
 
 
-def _error(part: Any) -> str | None:
+def _error(part: object) -> str | None:
     return str(part["error"]) if isinstance(part, dict) and "error" in part else None
 
 

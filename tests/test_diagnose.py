@@ -464,3 +464,14 @@ def test_data_readme_names_every_file() -> None:
     for f in HERE.iterdir():
         if f.is_file() and f.name != "README.md":
             assert f"`{f.name}`" in readme, f.name
+
+
+def test_a_stored_diagnosis_with_a_field_of_the_wrong_type_is_unreadable() -> None:
+    """run.json is read back as JSON: a record whose fields are not the diagnosis's types
+    raises ValueError, which sends the caller to diagnose the run anew."""
+    good = Diagnosis(Cause.CUDA_OOM, "h", "w", "a", "n1", 3, 1.5, ["e"], {"n1": ["d"]}).to_dict()
+    assert Diagnosis.from_dict(json.loads(json.dumps(good))).to_dict() == good
+    for field, wrong in (("rank", "3"), ("node", 1), ("evidence", "e"), ("details", {"n": 1}),
+                         ("cause", "no such cause")):
+        with pytest.raises(ValueError):
+            Diagnosis.from_dict({**good, field: wrong})

@@ -6,6 +6,7 @@ every package."""
 from __future__ import annotations
 
 import ast
+import fnmatch
 import re
 import subprocess
 import sys
@@ -430,6 +431,15 @@ def test_the_wheel_lists_every_package() -> None:
     assert set(tool["packages"]) == on_disk | {"ddptui_worker"}
     assert tool["package-dir"] == {"ddptui_worker": "worker"}
     assert (ROOT / "worker" / "__main__.py").is_file()
+    # A file that is not a module (a node program in shell, the screen's CSS) ships only
+    # where package-data names it.
+    data: dict[str, list[str]] = tool.get("package-data", {})
+    unshipped = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "ddptui").rglob("*"))
+                 if p.is_file() and p.suffix not in (".py", ".pyc")
+                 and "__pycache__" not in p.parts
+                 and not any(fnmatch.fnmatch(p.name, g) for g in
+                             data.get(".".join(p.parent.relative_to(ROOT).parts), []))]
+    assert unshipped == []
 
 
 #: A string literal longer than this is a program or a document kept out of reach of the

@@ -45,7 +45,7 @@ from ddptui.run_state import (
     END_EVENT,
     STATUS_AFTER,
     NodeEvent,
-    NodeStates,
+    NodeGate,
     RunEvent,
     RunRecord,
     run_next,
@@ -86,7 +86,7 @@ class Session:
         record.controller = this_controller()  # for stale runs
         self.recorder = Recorder(self.local_dir, record)
         self._state = record.status
-        self._nodes = NodeStates([n.name for n in config.nodes], NodeStatus.RUNNING
+        self._nodes = NodeGate([n.name for n in config.nodes], NodeStatus.RUNNING
                                  if record.nodes else NodeStatus.PENDING)  # reopened: up
         self._state_lock = threading.Lock()
         self.plan: Plan | None = None

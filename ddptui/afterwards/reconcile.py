@@ -28,27 +28,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddptui import outcome
+from ddptui import nodeprog, outcome
 from ddptui.events import NodeStatus, RunStatus
-from ddptui.nodeprog import torchrun_tee
+from ddptui.nodeprog import remains, torchrun_tee
 from ddptui.outcome import node_end
 from ddptui.remote import nodeops
 from ddptui.store import rundir
 from ddptui.store.runs import RunSummary, list_runs, read_run, summary_of, write_run
 
-CHECK_SRC = nodeops.PROCS_SRC + r"""
-import json, sys
-marker, exit_path, stop_path, expired_path = sys.argv[1].encode(), *sys.argv[2:5]
-alive = [pid for pid, env, _ in procs() if marker in env]
-try:
-    with open(exit_path) as f:
-        code = f.read().strip()
-except OSError:
-    code = ""
-print(json.dumps({"alive": sorted(alive), "stop_requested": os.path.exists(stop_path),
-                  "expired": os.path.exists(expired_path),
-                  "exit_code": int(code) if code.lstrip("-").isdigit() else None}))
-"""
+#: What a node says of the run (:mod:`ddptui.nodeprog.remains`).
+CHECK_SRC = nodeprog.source(remains)
 
 
 @dataclass

@@ -1,17 +1,16 @@
 """What ``ddptui clean`` removes, decided from what the nodes and the state dir say: pure.
 
-Each node answers a scan (:data:`NODE_SRC` ``scan``): its node dirs, each with its liveness,
-when it ended, its size and the code caches its ``launch.sh`` names; and its code caches with
-when each was last used. :func:`choose` decides across the whole cluster, since a run is one
-thing on every node: a run alive on any node is alive everywhere, and is never touched. Of the
-finished runs, the ``keep`` newest stay, and with ``older_than`` only those that ended longer
-ago go. A code cache goes when no run that stays (alive or kept) uses it on that node and it
-was not used for :data:`CACHE_GRACE_S` (a launch writes its ``launch.sh`` just after its sync).
+Each node answers a scan (:mod:`ddptui.nodeprog.clean_node`): its node dirs, each with its
+liveness, when it ended, its size and the code caches its ``launch.sh`` names; and its code
+caches with when each was last used. :func:`choose` decides across the whole cluster, since a
+run is one thing on every node: a run alive on any node is alive everywhere, and is never
+touched. Of the finished runs, the ``keep`` newest stay, and with ``older_than`` only those
+that ended longer ago go. A code cache goes when no run that stays (alive or kept) uses it on
+that node and it was not used for :data:`CACHE_GRACE_S` (a launch writes its ``launch.sh``
+just after its sync).
 
-The node program (``remove``) checks liveness again right before it removes anything, so a
-run started between the scan and the removal is skipped, and counts the bytes it frees by
-inode: synced trees share unchanged files as hard links, and removing one tree frees only what
-no other link holds.
+The node program's ``remove`` checks liveness again right before it removes anything, and
+counts the bytes it frees by inode (hard links shared between synced trees).
 """
 
 from __future__ import annotations
@@ -21,7 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddptui.remote import nodeops
+from ddptui import nodeprog
+from ddptui.nodeprog import clean_node
 from ddptui.store import rundir
 
 #: ``--keep``'s default: the newest finished runs stay, so `ddptui logs` keeps recent history.
@@ -34,158 +34,8 @@ CACHE_GRACE_S = 600
 #: A sync's temporary tree this old is what an interrupted sync left.
 TMP_GRACE_S = 3600
 
-NODE_SRC = nodeops.PROCS_SRC + r"""
-import json, re, shutil, stat, sys, time
-mode, runs_root, code_root, suf, grace = sys.argv[1:6]
-grace, code_root = float(grace), os.path.normpath(code_root)
-runs_root = os.path.normpath(runs_root)
-CODE_REF = re.compile(r"\.ddptui/code/([A-Za-z0-9_][A-Za-z0-9._-]*)")
-GROUPS = set()  # process groups with a live member (a group of zombies is over)
-def markers():
-    found = set()
-    GROUPS.clear()
-    for pid, env, fields in procs():
-        GROUPS.add(int(fields[2]))
-        for e in env:
-            if e.startswith(b"DDPTUI_RUN="):
-                found.add(e[11:].decode("utf-8", "replace"))
-    return found
-def mtime(p):
-    try:
-        return os.lstat(p).st_mtime
-    except OSError:
-        return None
-def read(p):
-    try:
-        with open(p, "rb") as f:
-            return f.read(1 << 22).decode("utf-8", "replace")
-    except OSError:
-        return None
-def state(d, run_id, rank, marks, now):
-    if run_id + "/" + rank in marks:
-        return "live"
-    code = read(os.path.join(d, "exit_code"))
-    pgid = (read(os.path.join(d, "pgid")) or "").strip()
-    if code is None and pgid.isdigit() and int(pgid) in GROUPS:
-        return "live"
-    if code is None and not pgid:
-        t = mtime(os.path.join(d, "launch.sh")) or mtime(d)
-        if t is not None and now - t < grace:
-            return "launching"
-    return "done"
-def size(paths):
-    seen, total = {}, 0
-    for top in paths:
-        stack = [top]
-        while stack:
-            p = stack.pop()
-            try:
-                st = os.lstat(p)
-            except OSError:
-                continue
-            b = getattr(st, "st_blocks", 0) * 512 or st.st_size
-            if stat.S_ISDIR(st.st_mode):
-                total += b
-                try:
-                    stack.extend(os.path.join(p, n) for n in os.listdir(p))
-                except OSError:
-                    pass
-            elif st.st_nlink <= 1:
-                total += b
-            else:
-                k = (st.st_dev, st.st_ino)
-                n, _ = seen.get(k, (0, b))
-                seen[k] = (n + 1, b)
-                if n + 1 == st.st_nlink:
-                    total += b
-    return total
-def node_dirs():
-    out = []
-    try:
-        ids = sorted(os.listdir(runs_root))
-    except OSError:
-        return out
-    for run_id in ids:
-        try:
-            names = sorted(os.listdir(os.path.join(runs_root, run_id)))
-        except OSError:
-            continue
-        for n in names:
-            if n.startswith("node") and n[4:].isdigit():
-                out.append((run_id, n[4:], os.path.join(runs_root, run_id, n)))
-    return out
-def scan():
-    now, marks = time.time(), markers()
-    runs = []
-    for run_id, rank, d in node_dirs():
-        s = state(d, run_id, rank, marks, now)
-        ended = max([t for t in (mtime(os.path.join(d, x)) for x in
-                                 ("exit_code", "node.log", "launch.sh", "")) if t] or [0])
-        refs = sorted(set(CODE_REF.findall(read(os.path.join(d, "launch.sh")) or "")))
-        runs.append({"run_id": run_id, "rank": int(rank), "dir": d, "state": s,
-                     "ended": ended, "bytes": size([d]), "code": refs})
-    code, tmp = [], []
-    try:
-        names = sorted(os.listdir(code_root))
-    except OSError:
-        names = []
-    for n in names:
-        p = os.path.join(code_root, n)
-        if n.startswith(".tmp-"):
-            tmp.append({"name": n, "used": mtime(p) or 0})
-        elif not n.endswith(suf) and not n.startswith(".") and os.path.isdir(p):
-            used = max(mtime(p + suf) or 0, mtime(p) or 0)
-            code.append({"name": n, "used": used, "bytes": size([p, p + suf])})
-    return {"runs": runs, "code": code, "tmp": tmp, "now": now}
-def remove(todo):
-    now, marks = time.time(), markers()
-    live_refs, skipped = set(), []
-    for run_id, rank, d in node_dirs():
-        if state(d, run_id, rank, marks, now) != "done":
-            live_refs.update(CODE_REF.findall(read(os.path.join(d, "launch.sh")) or ""))
-    dirs, runs, caches = [], 0, 0
-    for d, run_id, rank in todo["runs"]:
-        d = os.path.normpath(d)
-        if os.path.dirname(os.path.dirname(d)) != runs_root or not os.path.isdir(d):
-            continue  # never anything but a node dir of this workdir
-        if state(d, run_id, str(rank), marks, now) != "done":
-            skipped.append(run_id)
-            continue
-        dirs.append(d)
-        runs += 1
-    for n in todo["code"] + todo["tmp"]:
-        p = os.path.join(code_root, n)
-        if "/" in n or n in (".", "..") or n in live_refs or not os.path.lexists(p):
-            continue
-        dirs += [p, p + suf]
-        caches += 1
-    freed = size(dirs)
-    errors = []
-    if not todo["dry"]:
-        for p in dirs:
-            # another node sharing this disk may be removing the same tree at once
-            if os.path.isdir(p) and not os.path.islink(p):
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                try:
-                    os.unlink(p)
-                except FileNotFoundError:
-                    pass
-                except OSError as e:
-                    errors.append(str(e))
-            if os.path.isdir(p) and not os.path.islink(p):
-                errors.append("could not remove all of " + p)
-            if os.path.normpath(os.path.dirname(p)) != code_root:
-                try:
-                    os.rmdir(os.path.dirname(p))
-                except OSError:
-                    pass
-    return {"runs": runs, "code": caches, "bytes": freed, "skipped": skipped, "errors": errors}
-if mode == "scan":
-    print(json.dumps(scan()))
-else:
-    print(json.dumps(remove(json.loads(sys.argv[6]))))
-"""
+#: The node program (:mod:`ddptui.nodeprog.clean_node`).
+NODE_SRC = nodeprog.source(clean_node)
 
 
 def node_args(workdir: str, todo: str | None = None) -> tuple[str, ...]:
@@ -272,15 +122,15 @@ class Choice:
 def choose(scans: Mapping[str, NodeScan], local: Iterable[LocalRun], policy: Policy,
            now: float) -> Choice:
     """Which runs and caches go (see the module); ``scans`` covers every node of the file."""
-    local = {r.run_id: r for r in local}
+    by_id = {r.run_id: r for r in local}
     on_nodes: dict[str, list[NodeRun]] = {}
     for scan in scans.values():
         for r in scan.runs:
             on_nodes.setdefault(r.run_id, []).append(r)
     live, ended = set(), {}
-    for run_id in set(on_nodes) | set(local):
+    for run_id in set(on_nodes) | set(by_id):
         entries = on_nodes.get(run_id, [])
-        mine = local.get(run_id)
+        mine = by_id.get(run_id)
         if any(r.alive for r in entries):
             live.add(run_id)
         elif not entries and mine is not None and mine.live and (
@@ -300,9 +150,9 @@ def choose(scans: Mapping[str, NodeScan], local: Iterable[LocalRun], policy: Pol
             c for c, t in scan.code.items() if c not in used and now - t > CACHE_GRACE_S
             and (limit is None or t < limit))
         out.node_tmp[name] = sorted(t for t, m in scan.tmp.items() if now - m > TMP_GRACE_S)
-    out.local = sorted(i for i in going if i in local)
+    out.local = sorted(i for i in going if i in by_id)
     out.gone_from_nodes = sorted(
-        i for i, r in local.items()
+        i for i, r in by_id.items()
         if i not in going and i not in on_nodes and r.nodes and set(r.nodes) <= set(scans))
     return out
 

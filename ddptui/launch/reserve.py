@@ -19,10 +19,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from ddptui import nodeprog
 from ddptui.events import ssh_line
 from ddptui.launch.plan import expand_home, quote
 from ddptui.launch.ports import Abort, LaunchContext
 from ddptui.launch.precheck import endpoint_of
+from ddptui.nodeprog import port_lock
 from ddptui.run_state import NodeEvent
 from ddptui.store import rundir
 from ddptui.transport.base import TransportError
@@ -32,89 +34,9 @@ TRIES = 16
 #: A lock whose run has made no node dir or process yet counts as live this long.
 YOUNG_S = 600.0
 
-#: Run by the node's Python (stdlib only): takes the first port it can, or says who holds
-#: each one. A lock is the directory; ``owner`` in it names the run and its node dir.
-NODE_SRC = r"""
-import json, os, sys, time
-a = json.loads(sys.argv[1])
-os.makedirs(a["dir"], exist_ok=True)
-try:
-    os.chmod(a["dir"], 0o1777)
-except OSError:
-    pass
-
-def alive(lock):
-    try:
-        with open(os.path.join(lock, a["owner"])) as f:
-            run, ndir = (f.read().split("\n") + ["", ""])[:2]
-    except OSError:
-        run, ndir = "", ""
-    if ndir and os.path.exists(os.path.join(ndir, a["exit"])):
-        return run, False  # the run ended there (its launch.sh may linger a moment)
-    try:
-        with open(os.path.join(lock, a["pid"])) as f:
-            pid = int(f.read())
-    except (OSError, ValueError):  # not started yet: live while the launch may still be on
-        try:
-            return run, time.time() - os.stat(lock).st_mtime < a["young_s"]
-        except OSError:
-            return run, False
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                return run, False  # ended, not yet reaped
-    except (OSError, IndexError):
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return run, False
-    except OSError:
-        pass
-    return run, True
-
-def remove(path):
-    try:
-        for f in os.listdir(path):
-            os.unlink(os.path.join(path, f))
-        os.rmdir(path)
-    except OSError:
-        pass
-
-def take(lock):
-    # The lock appears with its owner already in it: made aside, then renamed into place
-    # (a rename onto a lock that holds its owner fails), so that a run that finds it taken
-    # can always name who took it.
-    new = "%s.new.%d" % (lock, os.getpid())
-    os.mkdir(new)
-    with open(os.path.join(new, a["owner"]), "w") as f:
-        f.write(a["run"] + "\n" + a["ndir"] + "\n")
-    try:
-        os.rename(new, lock)
-        return True
-    except OSError:
-        remove(new)
-        return False
-
-held = []
-for port in a["ports"]:
-    lock = os.path.join(a["dir"], "%s-%d" % (a["key"], port))
-    for _ in range(2):
-        if take(lock):
-            print(json.dumps({"port": port, "lock": lock, "held": held}))
-            sys.exit(0)
-        run, live = alive(lock)
-        if live:
-            held.append([port, run])
-            break
-        stale = "%s.stale.%d" % (lock, os.getpid())
-        try:
-            os.rename(lock, stale)
-        except OSError:
-            continue
-        remove(stale)
-print(json.dumps({"port": None, "held": held}))
-"""
+#: Run by the node's Python: takes the first port it can, or says who holds each one
+#: (:mod:`ddptui.nodeprog.port_lock`).
+NODE_SRC = nodeprog.source(port_lock)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +108,7 @@ def refusal(node: str, host: str, fixed: bool, got: Reserved) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class RendezvousStore:
+class Store:
     """Where the rendezvous store lives: the node told it hosts it (c10d's ``is_host``;
     None for static), and the node and path of the port's lock."""
 
@@ -195,7 +117,7 @@ class RendezvousStore:
     lock: str
 
 
-def reserve_port(ctx: LaunchContext, homes: Mapping[str, str]) -> RendezvousStore | None:
+def reserve_port(ctx: LaunchContext, homes: Mapping[str, str]) -> Store | None:
     """The rendezvous port, reserved on the store's node before anything starts
     (:mod:`ddptui.launch.reserve`); the config takes the port reserved. None: the store is
     on no node of the run (an outside endpoint), whose port is not ddptui's to keep."""
@@ -227,5 +149,4 @@ def reserve_port(ctx: LaunchContext, homes: Mapping[str, str]) -> RendezvousStor
         ctx.publish(node.name, [ssh_line(node.name, f"rendezvous port {ports[0]} is held by "
                                          f"{holders(got)}; this run uses {got.port}",
                                          time.time())])
-    return RendezvousStore(node.name if cfg.rendezvous.backend == "c10d" else None, node.name,
-                           got.lock)
+    return Store(node.name if cfg.rendezvous.backend == "c10d" else None, node.name, got.lock)

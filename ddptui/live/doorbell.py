@@ -21,36 +21,13 @@ from __future__ import annotations
 
 import contextlib
 
+from ddptui import nodeprog
+from ddptui.nodeprog import doorbell
 from ddptui.remote.nodeops import python_cmd
 from ddptui.transport.base import Spawned, Transport, TransportError
 
-#: argv: the log's path. stdin: one line per wait of the follower, the size it has read up to
-#: (it arms the bell); end of file ends it. The standard library only.
-DOORBELL_SRC = r"""
-import os, select, sys
-path, armed, pending = sys.argv[1], None, b""
-while True:
-    ready, _, _ = select.select([0], [], [], None if armed is None else 0.01)
-    if ready:
-        data = os.read(0, 4096)
-        if not data:
-            break
-        *lines, pending = (pending + data).split(b"\n")
-        if lines:
-            armed = int(lines[-1])
-    if armed is None:
-        continue
-    try:
-        size = os.stat(path).st_size
-    except OSError:
-        continue
-    if size != armed:
-        armed = None
-        try:
-            os.write(1, b".")
-        except OSError:
-            break
-"""
+#: The node program (:mod:`ddptui.nodeprog.doorbell`).
+DOORBELL_SRC = nodeprog.source(doorbell)
 
 
 def doorbell_cmd(python: str, log_path: str) -> str:

@@ -45,7 +45,7 @@ from ddptui.run_state import (
     END_EVENT,
     STATUS_AFTER,
     NodeEvent,
-    NodeGate,
+    NodeStates,
     RunEvent,
     RunRecord,
     run_next,
@@ -86,7 +86,7 @@ class Session:
         record.controller = this_controller()  # for stale runs
         self.recorder = Recorder(self.local_dir, record)
         self._state = record.status
-        self._nodes = NodeGate([n.name for n in config.nodes], NodeStatus.RUNNING
+        self._nodes = NodeStates([n.name for n in config.nodes], NodeStatus.RUNNING
                                  if record.nodes else NodeStatus.PENDING)  # reopened: up
         self._state_lock = threading.Lock()
         self.plan: Plan | None = None
@@ -229,8 +229,8 @@ class Session:
         self._finished[item.node] = item
 
     def _applied(self) -> None:
-        if self.evidence.nccl.due():  # to run.json, and the store: every face reads them there
-            self.evidence.nccl.publish(self.recorder.update, self.store.set_run)
+        if self.evidence.nccl.due():
+            self.recorder.update(**self.evidence.nccl.meta())
         self.faults.check(self.store.disk_error, self.recorder.error,
                           {n: f.disk_error for n, f in self._followers.items()})
 
@@ -271,9 +271,9 @@ class Session:
         codes = {n: f.exit_code for n, f in self._finished.items()}
         self.result = RunResult(code, failures, codes, stopped, found, self.faults.text())
         if self.advance(END_EVENT[status], exit_code=code, ended_at=time.time()):
-            self.evidence.nccl.publish(  # with the run's end: run.json, and the store
-                self.recorder.update, self.store.set_run, node_exit_codes=codes,
-                diagnosis=found.to_dict() if found else None, diagnosis_error=why_not)
+            self.recorder.update(node_exit_codes=codes,
+                                 diagnosis=found.to_dict() if found else None,
+                                 diagnosis_error=why_not, **self.evidence.nccl.meta())
         self.samplers.end(frozenset(lost))
         self.store.close()
         self.standby.end()
@@ -382,8 +382,8 @@ class Session:
         launching = record.status is RunStatus.LAUNCHING
         if not launching:
             self.advance(RunEvent.ATTACH)  # an ended run stays as it ended
-        self.store.set_run(run_id=self.run_id, status=self._state, started_at=record.started_at,
-                           world_size=record.world_size, nccl=self.evidence.nccl.snapshot())
+        self.store.set_run(run_id=self.run_id, status=self._state,
+                           started_at=record.started_at, world_size=record.world_size)
         attach.reconnect(self.config, self.pool, self.note)
         self.config = withheld.recover(self.config, self.pool.all(),
                                        {n: r.run_dir for n, r in record.nodes.items()})

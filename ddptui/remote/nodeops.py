@@ -19,164 +19,18 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from ddptui.nodeprog import torchrun_tee
+from ddptui import nodeprog
+from ddptui.nodeprog import find_torch, stop_run, torchrun_tee
 from ddptui.store import rundir
 from ddptui.sync import remote
 from ddptui.transport.base import Detached
 from ddptui.transport.srun.names import step_name
 
-#: Finds torch and reads its version files without importing it: ``import torch`` costs 1-2 s
-#: of CPU per node (far more from a cold network filesystem), and torchrun pays it again right
-#: after. What only an import can tell (is CUDA usable, how many devices) is left unknown here
-#: and asked by ``ddptui check``'s own program; a torch that is found but cannot be imported
-#: fails at once in torchrun, where the diagnosis quotes its error.
-PROBE_SRC = r"""
-import json, os, re, socket, sys
-import importlib.util
-out = {"python": sys.executable, "version": sys.version.split()[0],
-       "hostname": socket.gethostname()}
-def field(text, name):
-    m = re.search(r"^%s\b[^=\n]*=\s*['\"]([^'\"]+)['\"]" % name, text, re.M)
-    return m.group(1) if m else None
-try:
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.origin:
-        raise ModuleNotFoundError("No module named 'torch'")
-    here = os.path.dirname(spec.origin)
-    out["torch_path"] = here
-    text = ""
-    for name in ("version.py", os.path.basename(spec.origin)):
-        try:
-            with open(os.path.join(here, name)) as f:
-                text = f.read()
-        except OSError:
-            continue
-        if field(text, "__version__"):
-            break
-    version = field(text, "__version__")
-    if version is None:
-        raise ImportError("the torch at %s names no __version__" % here)
-    out["torch"] = version
-    out["cuda_version"] = field(text, "cuda")
-    import importlib.metadata as md
-    for dist in ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11"):
-        try:
-            out["nccl"] = md.version(dist)
-            break
-        except Exception:
-            pass
-except Exception as e:
-    out["torch_error"] = f"{type(e).__name__}: {e}"
-print(json.dumps(out))
-"""
+#: The launch probe (:mod:`ddptui.nodeprog.find_torch`).
+PROBE_SRC = nodeprog.source(find_torch)
+#: Stops a run's processes on a node (:mod:`ddptui.nodeprog.stop_run`).
+STOP_SRC = nodeprog.source(stop_run)
 
-#: How every node program finds processes: each live one (not a zombie) with its environment
-#: and its ``/proc/PID/stat`` fields after the name (state, ppid, pgrp, ...). A run's own are
-#: those whose environment holds its marker (``DDPTUI_RUN=<run>/<node rank>``, which every
-#: process torchrun starts inherits, whatever session it makes) or that are in its group.
-PROCS_SRC = r"""
-import os
-def procs():
-    me = os.getpid()
-    for d in os.listdir("/proc"):
-        if not d.isdigit() or int(d) == me:
-            continue
-        try:
-            with open("/proc/" + d + "/environ", "rb") as f:
-                env = f.read().split(b"\0")
-            with open("/proc/" + d + "/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = live_fields(stat)
-        if fields:
-            yield int(d), env, fields
-
-def live_fields(stat):
-    fields = stat[stat.rfind(b")") + 2:].split()
-    return fields if fields and fields[0] != b"Z" else None
-
-def alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            return live_fields(f.read()) is not None
-    except OSError:
-        return False
-"""
-
-STOP_SRC = PROCS_SRC + r"""
-import json, signal, sys, time
-# After its ranks are gone torchrun's agent only tears itself down (rendezvous, store, its
-# own interpreter): seconds of CPU when sixteen do it on shared cores (bench/stop.py), and
-# nothing of the user's to save. A tenth of a second, then SIGKILL.
-AGENT_WAIT = 0.1
-marker = sys.argv[1].encode()
-grace = sys.argv[2]
-pgid = int(sys.argv[3])
-if grace == "-":  # on standby (remote/standby.py): the grace comes on stdin, and with it the go
-    grace = sys.stdin.readline().strip()
-    if not grace:  # end of file: its controller is done with it, nothing to stop
-        sys.exit(0)
-    print("stopping", flush=True)  # heard: the result follows within the grace
-grace = float(grace)
-try:  # so a controller following from elsewhere reports "stopped", not "failed"
-    open(sys.argv[4], "w").close()
-except OSError:
-    pass
-
-def members():
-    found = {}  # pid -> a rank (torchrun gives its workers LOCAL_RANK), else agent or shell
-    for pid, env, fields in procs():
-        if marker in env or (pgid > 0 and int(fields[2]) == pgid):
-            found[pid] = any(e.startswith(b"LOCAL_RANK=") for e in env)
-    return found
-
-def signal_all(pids, sig):
-    if pgid > 0:
-        try:
-            os.killpg(pgid, sig)
-        except OSError:
-            pass
-    for p in pids:
-        try:
-            os.kill(p, sig)
-        except OSError:
-            pass
-
-def still(left, sig):
-    # The ones watched that live (a read of their stat each); once none does, a scan of /proc
-    # (a read of every process on the node) for any started meanwhile, signalled ``sig``.
-    left = {p: rank for p, rank in left.items() if alive(p)}
-    if not left:
-        left = members()
-        if left:
-            signal_all(left, sig)
-    return left
-
-first = members()
-signal_all(first, signal.SIGTERM)
-deadline = time.monotonic() + grace
-left = dict(first)
-while time.monotonic() < deadline:
-    left = still(left, signal.SIGTERM)
-    if not left:
-        break
-    if not any(left.values()):
-        # every rank is gone: torchrun's agent has nothing left to wait for but its peers'
-        # rendezvous, which are being stopped too
-        deadline = min(deadline, time.monotonic() + AGENT_WAIT)
-    time.sleep(0.05)
-killed = sorted(p for p, rank in left.items() if rank)  # ranks that ignored SIGTERM
-if left:
-    signal_all(left, signal.SIGKILL)  # the ones watched: at once, the scan for others after
-    left = {**left, **members()}
-    signal_all(left, signal.SIGKILL)
-    end = time.monotonic() + 5
-    while left and time.monotonic() < end:
-        time.sleep(0.05)
-        left = still(left, signal.SIGKILL)
-print(json.dumps({"found": sorted(first), "killed": killed, "leftover": sorted(left)}))
-"""
 
 def marker(run_id: str, node_rank: int) -> str:
     return f"DDPTUI_RUN={run_id}/{node_rank}"

@@ -7,7 +7,6 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ddptui.events import NodeStatus, RunStatus
-from ddptui.nccl import NcclFacts
 
 
 @dataclass
@@ -42,7 +41,7 @@ class RankView:
 
 @dataclass
 class RunInfo:
-    """The run as a whole, for the header and the views: set by the controller."""
+    """The run as a whole, for the header: set by the controller, not derived from lines."""
 
     run_id: str = ""
     status: RunStatus = RunStatus.IDLE
@@ -53,9 +52,6 @@ class RunInfo:
     message: str = ""
     #: The scheduler's word on the run's allocation (``slurm 123 RUNNING 01:02:03 left``).
     scheduler: str = ""
-    #: What NCCL said so far, as the run's one gatherer (``ddptui.live.nccl_watch``) has it:
-    #: a copy, never changed once set, so every face reads the same facts from its store.
-    nccl: NcclFacts | None = None
 
 
 @dataclass

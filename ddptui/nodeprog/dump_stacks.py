@@ -1,0 +1,79 @@
+"""The ranks' Python stacks on one node, taken with ``py-spy dump`` (see
+:mod:`ddptui.remote.stacks`): the run's rank processes found by its marker and the ``RANK``
+and ``LOCAL_RANK`` torchrun gives each worker, and every dump taken at once.
+
+Its arguments: the run's marker, the ranks wanted (comma separated; empty: all) and the
+seconds one dump may take. It prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+from ddptui.nodeprog.procs import procs
+
+
+def rank_pids(marker: bytes, want: set[int]) -> dict[int, tuple[int, int | None]]:
+    """rank -> its own process and local rank."""
+    found: dict[int, tuple[int, int | None, int]] = {}
+    for pid, env, fields in procs():
+        if marker not in env:
+            continue
+        vals = dict(e.split(b"=", 1) for e in env if b"=" in e)
+        rank, local = vals.get(b"RANK", b""), vals.get(b"LOCAL_RANK", b"")
+        if rank.isdigit():
+            found[pid] = (int(rank), int(local) if local.isdigit() else None, int(fields[1]))
+    ranks = {}
+    for pid, (r, lr, ppid) in sorted(found.items()):
+        # a rank's own process; a data loader's worker has the same RANK and the rank as parent
+        parent = found.get(ppid)
+        if (parent is None or parent[0] != r) and (not want or r in want):
+            ranks[r] = (pid, lr)
+    return ranks
+
+
+def py_spy() -> str | None:
+    """py-spy on the node's PATH, else beside the interpreter."""
+    spy = shutil.which("py-spy")
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if spy is None and os.access(beside, os.X_OK):
+        spy = beside
+    return spy
+
+
+def dump(marker: bytes, want: set[int], timeout: float) -> dict[str, object]:
+    spy = py_spy()
+    out: dict[str, object] = {"py_spy": spy, "python": sys.executable}
+    rows: list[dict[str, str | int | None]] = []
+    out["ranks"] = rows
+    running = []
+    for rank, (pid, local) in sorted(rank_pids(marker, want).items()):
+        p = None
+        if spy:
+            p = subprocess.Popen([spy, "dump", "--pid", str(pid)], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE)
+        running.append((rank, pid, local, p))
+    for rank, pid, local, p in running:
+        stack, err = "", ""
+        if p is not None:
+            try:
+                so, se = p.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                so, se = p.communicate()
+                se = f"py-spy did not answer within {timeout:g} s".encode()
+            stack = so.decode("utf-8", "replace")
+            if p.returncode:
+                err = se.decode("utf-8", "replace").strip() or f"py-spy exited {p.returncode}"
+        rows.append({"rank": rank, "local_rank": local, "pid": pid, "stack": stack,
+                     "error": err})
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(dump(sys.argv[1].encode(), {int(r) for r in sys.argv[2].split(",") if r},
+                          float(sys.argv[3]))))

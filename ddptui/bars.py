@@ -1,7 +1,7 @@
 """Progress bars: each rank's live bar line, and which of its states are kept.
 
 A rank's line rewritten by carriage returns (tqdm, Lightning, HF Trainer, rich, pip) reaches
-the controller as *bar states*: one :class:`~ddptui.events.LogLine` per state, with ``bar``
+the session as *bar states*: one :class:`~ddptui.events.LogLine` per state, with ``bar``
 set (the node's tee marks them, see :mod:`ddptui.nodeprog.torchrun_tee`). On a terminal each
 state writes over the last, and a bar refreshed 100 times a second for hours is one line. So
 here, per rank, a *bar slot*: a new state takes the place of the rank's live one; an ordinary
@@ -127,6 +127,8 @@ class BarRows:
     def __init__(self) -> None:
         self.count = 0  # lines placed so far
         self._live: dict[int | None, tuple[int, str]] = {}  # rank: (its live line, the text)
+        #: Which of the last :meth:`place`'s lines made the lines it added, by index.
+        self.made: list[int] = []
 
     @property
     def live(self) -> bool:
@@ -141,7 +143,8 @@ class BarRows:
         changed: dict[int, str] = {}
         base = self.count
         live = self._live
-        for text, rank, bar in shown:
+        made = self.made = []
+        for i, (text, rank, bar) in enumerate(shown):
             at = live.pop(rank, None) if (bar or live) else None
             if at is not None and (bar or at[1] == text):  # a state, or the last one made a line
                 where = at[0]
@@ -155,5 +158,6 @@ class BarRows:
             if bar:
                 live[rank] = (base + len(new), text)
             new.append(text)
+            made.append(i)
         self.count = base + len(new)
         return new, changed

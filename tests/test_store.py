@@ -86,7 +86,6 @@ def test_lines_log_holds_what_the_all_ranks_view_shows(tmp_path: Path) -> None:
     s.close()
     assert (tmp_path / "lines.log").read_text().splitlines() == [
         "[0] hello", "[a] W1121 agent warning", "[1] @metric step=3 loss=0.5"]
-    assert s.all_log_path() == tmp_path / "lines.log"
 
 
 def test_recover_without_a_checkpoint_keeps_nothing(tmp_path: Path) -> None:

@@ -12,18 +12,9 @@ from test_tui_app import FakeController, make_app, settle, sync, toasts
 
 from ddptui.chart.rows import DIM, chart_rows
 from ddptui.events import RunStatus
+from ddptui.store.reader import WINDOW, WINDOWS, metrics_file, sample_lines
 from ddptui.store.runs import RunSummary
-from ddptui.tui.overlay import (
-    WINDOW,
-    WINDOWS,
-    Overlay,
-    build_overlay,
-    label_past,
-    metrics_file,
-    overlay_notice,
-    read_overlay,
-    sample_lines,
-)
+from ddptui.tui.overlay import Overlay, build_overlay, label_past, overlay_notice, read_overlay
 from ddptui.tui.screens.run_picker import Pick, RunPicker, picker_question, run_label
 from ddptui.tui.widgets.metrics_pane import MetricsPane
 

@@ -12,9 +12,9 @@ from ddptui.chart.downsample import BLOCKS, downsample, sparkline
 from ddptui.config.model import HealthConfig
 from ddptui.events import Level, LogLine, NodeStatus, Source
 from ddptui.store.health import assess
+from ddptui.store.logfile import LineFile
 from ddptui.store.views import NodeView, RankView
 from ddptui.tui.node_rows import age, build_rows, rank_span, rate
-from ddptui.tui.scrollback import LineFile
 from ddptui.tui.views import (
     ViewKind,
     ViewSpec,

@@ -36,7 +36,7 @@ NODE_LOG = "node.log"
 HOLD = "hold"
 PGID = "pgid"
 EXIT_CODE = "exit_code"
-#: Written by the stop command, so a controller following from elsewhere says "stopped".
+#: Written by the stop command, so a ddptui following from elsewhere says "stopped".
 STOP_REQUESTED = "stop_requested"
 #: torchrun's ``--log-dir``: per-rank stdout/stderr and ``error.json`` files.
 TORCHELASTIC = "torchelastic"
@@ -71,6 +71,10 @@ RANKS = "ranks"
 ALL_LINES = "lines.log"
 METRICS = "metrics.jsonl"
 EVENTS = "events.jsonl"
+#: Beside each mirrored log (``lines.log``, ``ranks/rankN.log``), its ``.seq`` index: the
+#: store's sequence number of each of its lines, an int64 a line in this machine's byte order,
+#: so that scrollback asks for "the lines before seq S" instead of matching a line's text.
+SEQ_SUFFIX = ".seq"
 #: Sizes of the mirror's files and how far each raw log reached, replaced atomically.
 CHECKPOINT = "checkpoint.json"
 #: Every telemetry sample of every node, one JSON record a line.
@@ -143,6 +147,11 @@ def stacks_file(run_dir: Path, stamp: str) -> Path:
 def rank_log_name(rank: int) -> str:
     """Relative to the run dir, as the mirror's checkpoint records it."""
     return f"{RANKS}/rank{rank}.log"
+
+
+def seq_index_name(log_name: str) -> str:
+    """The ``.seq`` index of a mirrored log, named as the log is (relative or not)."""
+    return log_name.removesuffix(".log") + SEQ_SUFFIX
 
 
 def rank_log(run_dir: Path, rank: int) -> Path:

@@ -1,10 +1,9 @@
 """A past run's metric series, read back to be drawn dimmed under the chart ("compare").
 
-Pure: a file comes in, series go out, and the chart's title is relabelled. A run's
-``metrics.jsonl`` holds every point it ever recorded (a long run: hundreds of MB), but the
-chart shows a couple of points per cell column; so a big file is read as evenly spaced
-windows of whole lines, never all of it, and each series is cut to what a wide chart can
-show. The dashboard calls :func:`read_overlay` in a thread worker.
+Records come in (the store's reader samples a big ``metrics.jsonl`` as evenly spaced
+windows, :func:`ddptui.store.reader.metric_records`), series go out, and the chart's title is
+relabelled. The chart shows a couple of points per cell column, so each series is cut to
+what a wide chart can show. The dashboard calls :func:`read_overlay` in a thread worker.
 """
 
 from __future__ import annotations
@@ -16,17 +15,8 @@ from pathlib import Path
 from ddptui.chart.downsample import downsample
 from ddptui.chart.rows import DIM, Run
 from ddptui.metrics.points import points, series_of
-from ddptui.store import rundir
-from ddptui.store.runs import state_root
+from ddptui.store.reader import metric_records
 
-#: Up to this size a file is read whole: a few tens of thousands of records, ~100 ms of parse.
-READ_WHOLE = 4 << 20
-#: A bigger file is read as this many windows of :data:`WINDOW` bytes, spread over it.
-WINDOWS = 1024
-WINDOW = 4096
-#: A record is read whole up to this size: a run of a flood's metric lines (one follower read,
-#: ``ddptui.live.follow.CHUNK``) is one record, far longer than a window.
-LONGEST = 16 << 20
 #: Points kept per series: a chart 1000 columns wide draws no more (min and max per column).
 MAX_POINTS = 2000
 #: The chart's own label for the dimmed series (``ddptui.chart.rows``), replaced by the run id.
@@ -48,39 +38,6 @@ class Overlay:
         return self.series.get(metric, [])
 
 
-def metrics_file(root: Path | None, run_id: str) -> Path:
-    """Where run ``run_id`` recorded its metrics, under the state root (``None``: default)."""
-    return rundir.run_dir(state_root(root), run_id) / rundir.METRICS
-
-
-def sample_lines(path: Path, read_whole: int = READ_WHOLE, windows: int = WINDOWS,
-                 window: int = WINDOW) -> list[str]:
-    """Every line of a small file; of a big one, the whole lines inside ``windows`` evenly
-    spaced windows, in file order (so each series stays in step order, thinned); a window
-    that holds no whole line takes the first one that starts in it, however long."""
-    with path.open("rb") as f:
-        size = f.seek(0, 2)
-        f.seek(0)
-        if size <= read_whole:
-            return f.read().decode(errors="replace").splitlines()
-        out: list[str] = []
-        reached = 0  # where the last window's reading ended
-        for i in range(windows):
-            start = i * size // windows
-            if start < reached:
-                continue  # a long record read for the window before reaches past this one
-            f.seek(start)
-            if start > 0:
-                f.readline(LONGEST)  # torn at the front: the window began mid-line
-            chunk = f.read(window)
-            if b"\n" not in chunk:  # a record longer than a window: a flood's run of lines
-                chunk += f.readline(LONGEST)
-            reached = f.tell()
-            parts = chunk.split(b"\n")[:-1]  # what follows the last newline is torn
-            out.extend(p.decode(errors="replace") for p in parts if p)
-        return out
-
-
 def build_overlay(run_id: str, lines: Sequence[str], max_points: int = MAX_POINTS
                   ) -> Overlay:
     """Each series name's per-rank series of ``lines`` (``metrics.jsonl`` records), each
@@ -98,12 +55,7 @@ def build_overlay(run_id: str, lines: Sequence[str], max_points: int = MAX_POINT
 def read_overlay(root: Path | None, run_id: str) -> Overlay:
     """Run ``run_id``'s recorded series; an empty overlay when it recorded none (no file).
     Slow on a big file's windows: call it off the event loop."""
-    path = metrics_file(root, run_id)
-    try:
-        lines = sample_lines(path)
-    except FileNotFoundError:
-        lines = []
-    return build_overlay(run_id, lines)
+    return build_overlay(run_id, metric_records(root, run_id))
 
 
 def label_past(rows: list[list[Run]], overlay: Overlay, metric: str) -> list[list[Run]]:

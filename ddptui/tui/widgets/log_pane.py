@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from textual import work
@@ -20,8 +20,8 @@ from textual.widgets import Input
 
 from ddptui.bars import BarRows
 from ddptui.events import Level, LogLine
+from ddptui.store.reader import page_before
 from ddptui.store.store import Store
-from ddptui.tui.scrollback import LineFile
 from ddptui.tui.views import VIEW_ORDER, ViewKind, ViewSpec, compile_filter, format_line
 from ddptui.tui.widgets.log_status import LogState, LogStatus
 from ddptui.tui.widgets.log_view import MAX_LINES, LogView
@@ -136,59 +136,63 @@ class LogPane(Vertical):
     def _drain(self) -> None:
         before = self.cursor
         lines, self.cursor, skipped = self.store.lines_since(self.cursor, TICK_LINES)
+        seqs: Sequence[int] = range(self.cursor - len(lines) + 1, self.cursor + 1)
         self.flooding = self.cursor - before >= FLOOD_LINES
         self.skipped += skipped
         if self._rebuilt_through is not None:
             mark, self._rebuilt_through = self._rebuilt_through, None
             for i in range(len(lines) - 1, -1, -1):
                 if lines[i] is mark:
-                    lines = lines[i + 1:]
+                    lines, seqs = lines[i + 1:], seqs[i + 1:]
                     break
         if lines:
-            new, changed = self._placed(lines)
+            new, numbers, changed = self._placed(lines, self.store.skips.disk_seqs(seqs))
             log = self.log_view
-            log.append(new)
+            log.append(new, numbers)
             if changed:
                 log.rewrite_at(changed, self._bars.count)
 
-    def _placed(self, lines: list[LogLine]) -> tuple[list[str], dict[int, str]]:
+    def _placed(self, lines: list[LogLine], seqs: Sequence[int]
+                ) -> tuple[list[str], Sequence[int], dict[int, str]]:
         """The lines the view shows, a rank's progress bar states in its live line's place
-        (see :class:`BarRows`): (lines to add, {an earlier line: its new text})."""
+        (see :class:`BarRows`): (lines to add, the sequence number of each as the mirror
+        counts them, {an earlier line: its new text})."""
+        lines, seqs = self._chosen(lines, seqs)
+        view = self.view
         if self._bars.live or any(line.bar for line in lines):
-            view = self.view
-            return self._bars.place([(format_line(line, view), line.rank, line.bar)
-                                     for line in self._chosen(lines)])
-        shown = self._shown(lines)
-        self._bars.count += len(shown)
-        return shown, {}
+            new, changed = self._bars.place([(format_line(line, view), line.rank, line.bar)
+                                             for line in lines])
+            return new, [seqs[i] for i in self._bars.made], changed
+        self._bars.count += len(lines)
+        return [format_line(line, view) for line in lines], seqs, {}
 
-    def _chosen(self, lines: Iterable[LogLine]) -> Iterable[LogLine]:
+    def _chosen(self, lines: list[LogLine], seqs: Sequence[int]
+                ) -> tuple[list[LogLine], Sequence[int]]:
+        """The lines the view and the filter keep, and their sequence numbers."""
         accepts, pattern = self.view.accepts, self.pattern
         if pattern is None:
-            return (line for line in lines if accepts(line))
-        search = pattern.search
-        return (line for line in lines if accepts(line) and search(line.text))
-
-    def _shown(self, lines: Iterable[LogLine]) -> list[str]:
-        view = self.view
-        return [format_line(line, view) for line in self._chosen(lines)]
+            kept = [i for i, line in enumerate(lines) if accepts(line)]
+        else:
+            search = pattern.search
+            kept = [i for i, line in enumerate(lines) if accepts(line) and search(line.text)]
+        if len(kept) == len(lines):
+            return lines, seqs
+        return [lines[i] for i in kept], [seqs[i] for i in kept]
 
     def _rebuild(self) -> None:
         """A fresh view: newest lines from the rings, then follow from the store's cursor."""
         store = self.store
         self._stale = False
         self.cursor = store.seq
-        if self.view.kind is ViewKind.RANK and self.view.rank is not None:
-            source = store.rank_tail(self.view.rank)
-        else:
-            source = store.recent_lines()
+        rank = self.view.rank if self.view.kind is ViewKind.RANK else None
+        source, seqs = store.numbered_tail(rank)
         self._rebuilt_through = source[-1] if source else None
         log = self.log_view
         log.set_dim_nccl(self.view.kind is ViewKind.ALL)
         log.set_pattern(self.pattern)
         self._bars = BarRows()
-        shown, _ = self._placed(source)
-        log.set_lines(shown[-MAX_LINES:])
+        shown, numbers, _ = self._placed(source, store.skips.disk_seqs(seqs))
+        log.set_lines(shown[-MAX_LINES:], numbers[-MAX_LINES:])
         self._drain()
 
     def refresh_status(self) -> None:
@@ -313,45 +317,39 @@ class LogPane(Vertical):
         self.refresh_status()  # at once: a key's effect should not wait a tick
 
     def on_log_view_older_wanted(self, _: LogView.OlderWanted) -> None:
-        view = self.view
-        if view.kind is ViewKind.RANK and view.rank is not None:
-            path = self.store.rank_log_path(view.rank)
-        elif view.kind is ViewKind.NODE and view.node is not None:
-            path = self.store.node_log_path(view.node)
-        elif view.kind is ViewKind.ALL:
-            path = self.store.all_log_path()
-        else:
+        view, run_dir, log = self.view, self.store.run_dir, self.log_view
+        if view.kind not in (ViewKind.RANK, ViewKind.NODE, ViewKind.ALL):
             self.app.notify("Older lines come from disk in the all-ranks, rank and node views: "
                             "pick one with v or [ ].")
             return
-        log = self.log_view
-        first = log.raw[0] if log.raw else ""
-        if view.kind is ViewKind.NODE:
-            first = re.sub(r"^\[[^\]]*\] ", "", first)
-        if path is None or not first:
+        if run_dir is None or not log.raw:
             return
-        self._read_older(path, first, log.history, view.kind is ViewKind.NODE, self.pattern)
+        tags: tuple[str, ...] = ()  # a node's lines in the all-ranks log: their rank's or its
+        if view.kind is ViewKind.NODE:
+            node = next((n for n in self.store.node_views() if n.name == view.node), None)
+            ranks = sorted(node.ranks) if node is not None else []
+            tags = (*(f"[{r}] " for r in ranks), f"[{view.node}] ")
+        rank = view.rank if view.kind is ViewKind.RANK else None
+        self._read_older(run_dir, rank, log.first_seq, log.raw[0], tags, self.pattern)
 
     @work(thread=True, exclusive=True, group="scrollback")
-    def _read_older(self, path: Path, first: str, already: int, raw_node_log: bool,
-                    pattern: re.Pattern[str] | None) -> None:
-        """Off the loop: the ``OLDER_CHUNK`` lines on disk before the log's first one."""
-        line_file = LineFile(path)
-        total = line_file.refresh()
-        if raw_node_log:
-            # the raw node log carries torchrun's rank prefix: match on the line's end
-            lines = line_file.read(max(0, total - 20_000), total)
-            at = next((max(0, total - 20_000) + i for i in range(len(lines) - 1, -1, -1)
-                       if lines[i].endswith(first)), None)
-        else:
-            at = line_file.find_before(first, total, window=20_000 + already)
-        if at is None or at == 0:
+    def _read_older(self, run_dir: Path, rank: int | None, seq: int | None, first: str,
+                    tags: tuple[str, ...], pattern: re.Pattern[str] | None) -> None:
+        """Off the loop: the ``OLDER_CHUNK`` lines on disk before the log's first one, found
+        by its sequence number (by its text only in a run dir mirrored without them)."""
+        keep = None
+        if tags or pattern is not None:
+            search = pattern.search if pattern is not None else None
+
+            def keep(line: str) -> bool:
+                return (not tags or line.startswith(tags)) and (
+                    search is None or search(line) is not None)
+
+        page = page_before(run_dir, rank, seq, first, OLDER_CHUNK, keep)
+        if not page.lines:
             self.app.call_from_thread(self.app.notify, "No older lines on disk.")
             return
-        older = line_file.read(max(0, at - OLDER_CHUNK), at)
-        if pattern is not None:
-            older = [line for line in older if pattern.search(line)]
-        self.app.call_from_thread(self.log_view.prepend, older)
+        self.app.call_from_thread(self.log_view.prepend, page.lines, page.seqs)
 
     def action_save_view(self) -> None:
         lines = list(self.log_view.raw)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
 from rich.cells import cell_len
@@ -109,6 +109,11 @@ class LineStyler:
         return [(seg.text, seg.style or base) for seg in strip]
 
 
+def _numbers(seqs: Sequence[int | None], n: int) -> Sequence[int | None]:
+    """``seqs`` for ``n`` lines, or None for each when they were not given."""
+    return seqs if len(seqs) == n else [None] * n
+
+
 @lru_cache(maxsize=8192)
 def _offset(x: int, y: int) -> Style:
     """The meta that Textual's text selection reads; a following log paints the same rows
@@ -155,7 +160,11 @@ class LogView(WithQuietScrollbar, Log):
         super().__init__(highlight=False, max_lines=MAX_LINES, auto_scroll=True, id=id)
         self.styler = LineStyler()
         self.raw: deque[str] = deque(maxlen=MAX_LINES)  # unwrapped lines, what `save` writes
+        #: The store's sequence number of each raw line (None: unknown, from an old run dir):
+        #: the first one is where scrollback from disk goes on.
+        self.seqs: deque[int | None] = deque(maxlen=MAX_LINES)
         self._held: deque[str] = deque(maxlen=MAX_LINES)
+        self._held_seqs: deque[int | None] = deque(maxlen=MAX_LINES)
         self.history = 0  # lines above the rings, read from disk
         self._paint: tuple[Style, int, Offset, bool] | None = None
 
@@ -181,25 +190,36 @@ class LogView(WithQuietScrollbar, Log):
 
     # -- content ---------------------------------------------------------------------------
 
-    def set_lines(self, lines: Iterable[str]) -> None:
-        """Replace everything (a new view, filter, wrap): one clear and one batched write."""
+    def set_lines(self, lines: Sequence[str], seqs: Sequence[int | None] = ()) -> None:
+        """Replace everything (a new view, filter, wrap): one clear and one batched write.
+        ``seqs``: each line's sequence number, where known."""
         self.raw.clear()
         self.raw.extend(lines)
+        self.seqs.clear()
+        self.seqs.extend(_numbers(seqs, len(lines)))
         self._held.clear()
+        self._held_seqs.clear()
         self.pending = 0
         self.history = 0
         self.match_row = None
         self._rewrite(scroll_end=self.follow)
 
-    def append(self, lines: list[str]) -> None:
+    def append(self, lines: list[str], seqs: Sequence[int | None] = ()) -> None:
         if not lines:
             return
         if not self.follow:
             self._held.extend(lines)
+            self._held_seqs.extend(_numbers(seqs, len(lines)))
             self.pending += len(lines)
             return
         self.raw.extend(lines)
+        self.seqs.extend(_numbers(seqs, len(lines)))
         self.write_lines(self._rows(lines), scroll_end=True)
+
+    @property
+    def first_seq(self) -> int | None:
+        """The sequence number of the first line held, where known."""
+        return self.seqs[0] if self.seqs else None
 
     def rewrite_at(self, changed: dict[int, str], count: int) -> None:
         """Lines written over in place (a rank's live progress bar): ``changed`` maps a line,
@@ -223,13 +243,14 @@ class LogView(WithQuietScrollbar, Log):
         if rows is None:  # wrapped: a line is rows of its own length
             self._rewrite(scroll_end=self.follow)
 
-    def prepend(self, lines: list[str]) -> None:
+    def prepend(self, lines: list[str], seqs: Sequence[int | None] = ()) -> None:
         """Older lines above the current first one; the viewport stays on what it showed."""
         if not lines:
             return
         self.follow = False
         keep = list(self.raw)
         self.raw = deque(lines + keep, maxlen=len(lines) + len(keep))
+        self.seqs = deque([*_numbers(seqs, len(lines)), *self.seqs], maxlen=len(self.raw))
         self.history += len(lines)
         added = len(self._rows(lines))
         self.max_lines = None
@@ -267,13 +288,18 @@ class LogView(WithQuietScrollbar, Log):
             if self.history:  # lines read from disk are on top: back to the newest only
                 self.history = 0
                 self.raw.extend(self._held)
+                self.seqs.extend(self._held_seqs)
                 self._held.clear()
+                self._held_seqs.clear()
                 self.raw = deque(list(self.raw)[-MAX_LINES:], maxlen=MAX_LINES)
+                self.seqs = deque(list(self.seqs)[-MAX_LINES:], maxlen=MAX_LINES)
                 self._rewrite(scroll_end=True)
             elif self._held:  # only what arrived while paused is written, not all again
                 held = list(self._held)
                 self._held.clear()
                 self.raw.extend(held)
+                self.seqs.extend(self._held_seqs)
+                self._held_seqs.clear()
                 self.write_lines(self._rows(held), scroll_end=True)
             self.pending = 0
             self.match_row = None

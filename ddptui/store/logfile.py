@@ -1,4 +1,5 @@
-"""Reading a log file by line number, for scrollback older than the in-memory rings.
+"""Reading a mirrored log by line number, and its sequence numbers, for scrollback older
+than the in-memory rings.
 
 Like Textualize's toolong, this layer imports nothing from Textual: it keeps the byte offset
 of every line start, extends that index incrementally as the file grows, and reads only the
@@ -11,6 +12,7 @@ from array import array
 from pathlib import Path
 
 _CHUNK = 1 << 20
+_SEQ = array("q")  # the .seq index's item: its type code and size
 
 
 class LineFile:
@@ -65,8 +67,8 @@ class LineFile:
     def find_before(self, text: str, stop: int, window: int = 2000) -> int | None:
         """Index of the last line equal to ``text`` before ``stop`` (searching ``window`` back).
 
-        Used to find where the lines already on screen begin in the file, since the mirror
-        can lag the in-memory ring by a batch.
+        Only for a run dir that ddptui mirrored before logs had a ``.seq`` index: a line
+        that repeats later can anchor there instead.
         """
         lo = max(0, stop - window)
         lines = self.read(lo, stop)
@@ -74,3 +76,43 @@ class LineFile:
             if lines[i] == text:
                 return lo + i
         return None
+
+
+class SeqIndex:
+    """A mirrored log's ``.seq`` index (see ``rundir.SEQ_SUFFIX``): entry ``i`` is the
+    store's sequence number of the log's line ``i``, increasing. Searched in place, a few
+    reads of 8 bytes, never loaded whole (a long run's holds tens of millions)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def count(self) -> int:
+        try:
+            return self.path.stat().st_size // _SEQ.itemsize
+        except FileNotFoundError:
+            return 0
+
+    def read(self, start: int, stop: int) -> list[int]:
+        """Entries ``start`` to ``stop`` (exclusive)."""
+        start, stop = max(0, start), min(stop, self.count())
+        if stop <= start:
+            return []
+        out = array(_SEQ.typecode)
+        with open(self.path, "rb") as f:
+            f.seek(start * _SEQ.itemsize)
+            out.frombytes(f.read((stop - start) * _SEQ.itemsize))
+        return out.tolist()
+
+    def below(self, seq: int, stop: int) -> int:
+        """How many of the first ``stop`` entries are below ``seq``: the log's line number
+        of the first line at or after it."""
+        lo, hi = 0, min(stop, self.count())
+        with open(self.path, "rb") as f:
+            while lo < hi:
+                mid = (lo + hi) // 2
+                f.seek(mid * _SEQ.itemsize)
+                if array(_SEQ.typecode, f.read(_SEQ.itemsize))[0] < seq:
+                    lo = mid + 1
+                else:
+                    hi = mid
+        return lo

@@ -16,6 +16,7 @@ from typing import Any
 
 from ddptui.config.model import HostsConfig
 from ddptui.config.secrets import REDACTED, redact_config_dict
+from ddptui.events import JSON
 
 #: What the saved hosts file of a run is called, beside its ``run.json``.
 SAVED_HOSTS = "hosts.yaml"
@@ -69,18 +70,19 @@ def nproc_value(text: str) -> int | str:
 
 def adhoc_document(hosts: Sequence[HostSlot], script: str, args: Sequence[str], *,
                    module: bool = False, nproc_per_node: str | None = None,
-                   python: str | None = None, workdir: str | None = None) -> dict[str, Any]:
+                   python: str | None = None, workdir: str | None = None) -> dict[str, JSON]:
     """The hosts-file document an ad-hoc command line stands for."""
-    defaults: dict[str, Any] = {}
+    defaults: dict[str, JSON] = {}
     if nproc_per_node is not None:
         defaults["nproc_per_node"] = nproc_value(nproc_per_node)
     if python is not None:
         defaults["python"] = python
     if workdir is not None:
         defaults["workdir"] = workdir
-    nodes = [{"host": h.host, "nproc_per_node": h.slots} if h.slots else h.host for h in hosts]
-    job = {"module": script} if module else {"script": script}
-    doc: dict[str, Any] = {"nodes": nodes, "job": {**job, "args": list(args)}}
+    nodes: list[JSON] = [{"host": h.host, "nproc_per_node": h.slots} if h.slots else h.host
+                         for h in hosts]
+    job: dict[str, JSON] = {"module": script} if module else {"script": script}
+    doc: dict[str, JSON] = {"nodes": nodes, "job": {**job, "args": [*args]}}
     if defaults:
         doc = {"defaults": defaults, **doc}
     return doc

@@ -17,6 +17,7 @@ from ddptui.config import values as v
 from ddptui.config.fieldkey import key
 from ddptui.config.slurm import SlurmConfig
 from ddptui.config.values import NprocPerNode
+from ddptui.events import JSON
 
 
 @dataclass(frozen=True)
@@ -235,7 +236,7 @@ class HostsConfig:
                 return n
         raise KeyError(name)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JSON]:
         """JSON-ready and exact (``from_dict`` gives it back), for ``run.json``."""
         d = asdict(self)
         d["path"] = str(self.path)

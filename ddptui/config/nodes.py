@@ -19,6 +19,8 @@ from ddptui.config.values import ENV_NAME, Check, MappingOf
 from ddptui.config.yaml_marks import MISSING, STR_TAG, Entry, MarkedWalker, line_of
 
 #: A node's own fields with their lines; a value that was wrong (and reported) is MISSING.
+#: Each value's type is its field's (the field's check made it), so it is looked up by name
+#: and handed to ``NodeConfig(**...)``: a value whose type depends on its key, hence Any.
 Fields = dict[str, tuple[Any, int]]
 
 _CHECKS = checks_of(NodeConfig)
@@ -145,7 +147,7 @@ class NodeWalker(MarkedWalker):
 
     def check_duplicates(self, nodes: list[tuple[NodeConfig, str]]) -> None:
         by_name: dict[str, str] = {}
-        by_place: dict[tuple[Any, ...], str] = {}
+        by_place: dict[tuple[str, str, int | None, str | None, str], str] = {}
         for node, where in nodes:
             if node.name in by_name:
                 self.problem(node.line, f"{where}.name",

@@ -15,6 +15,7 @@ from typing import Any
 from ddptui.config import values as v
 from ddptui.config.fieldkey import key
 from ddptui.config.values import Check, Invalid, kind
+from ddptui.events import JSON
 
 #: The host of the template node, until an allocation gives the real ones.
 SLURM_TEMPLATE = "slurm-allocation"
@@ -23,7 +24,7 @@ JOB_FROM_ENV = "env"
 _JOB_RE = re.compile(r"\d+(_\d+)?")
 
 
-def _job(value: Any) -> str:
+def _job(value: object) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return str(value)
     if isinstance(value, str) and (value == JOB_FROM_ENV or _JOB_RE.fullmatch(value)):
@@ -71,7 +72,7 @@ class SlurmConfig:
         """ddptui must ask Slurm for the allocation (no `job:` names one)."""
         return self.job is None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JSON]:
         d = asdict(self)
         d["options"] = list(self.options)
         if self.template is not None:

@@ -16,14 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddptui.config.nodes import Fields
 from ddptui.config.yaml_marks import MISSING
 
 #: The top-level keys of the user-wide file (read by ``parse.parse_user_config``).
 USER_KEYS = ("defaults", "ssh")
-
-#: A node's values with their lines (as ``nodes.Fields``); MISSING for a reported mistake.
-Fields = dict[str, tuple[Any, int]]
-
 
 @dataclass(frozen=True)
 class UserDefaults:

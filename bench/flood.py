@@ -1,6 +1,7 @@
 """A run that floods: what ``bench/ui_latency.py`` opens in the dashboard's engine process.
 
-It stands in for the controller, with the same surface, and does what the node followers do:
+It stands in for the session, a :class:`ddptui.run_port.RunPort` as mypy checks it (``flood_run``
+returns one), and does what the node followers do:
 raw torchrun output (one line prefix per rank, plus one ``@ddptui`` metric record per rank per
 batch) goes through the real parser into a real store with its disk mirror. ``launch`` starts
 the flood at ``rate`` lines/s; while the file ``hold`` exists, the run stays up and quiet (the
@@ -14,12 +15,15 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
+from ddptui.config import HostsConfig
 from ddptui.events import NodeState, NodeStatus, RunStatus
 from ddptui.ingest import parse_chunk
+from ddptui.nccl import NcclFacts
 from ddptui.nodelog import NodeLogParser
+from ddptui.outcome import RunResult, StopReport
+from ddptui.rank_stacks import Stacks
+from ddptui.run_port import RunPort
 from ddptui.store.store import Store
 from ddptui.telemetry.sample import GpuApp, GpuSample, NodeSample
 
@@ -32,7 +36,7 @@ class FloodRun:
                  telemetry_nodes: int = 0) -> None:
         self.ranks, self.rate, self.total, self.hold = ranks, rate, total, hold
         self.run_id = "bench"
-        self.config = None
+        self.config: HostsConfig | None = None
         self.local_dir = Path(tempfile.mkdtemp(prefix="ddptui-bench-"))
         self.store = Store(self.local_dir)
         self.store.set_run(run_id=self.run_id, status=RunStatus.RUNNING, started_at=time.time(),
@@ -42,7 +46,7 @@ class FloodRun:
         for i, name in enumerate(dict.fromkeys(self.nodes + self.sampled)):
             self.store.add_node(name, i)
             self.store.apply([NodeState(name, NodeStatus.RUNNING, time.time(), pid=1000 + i)])
-        self.result: Any = None
+        self.result: RunResult | None = None
         self._done = threading.Event()
         self._flat_out = threading.Event()
         self._halt = threading.Event()
@@ -77,8 +81,15 @@ class FloodRun:
                                             "lo": (1e6, 1e6)}, gpus=gpus, apps=apps)])
             self._halt.wait(1.0)
 
-    def stop(self, grace: float | None = None) -> None:
+    def stop(self, grace: float | None = None) -> StopReport:
         self._flat_out.set()
+        return StopReport()
+
+    def nccl_facts(self) -> NcclFacts:
+        return NcclFacts()  # the flood has no NCCL lines
+
+    def stacks(self, rank: int | None = None) -> Stacks:
+        return Stacks(self.run_id, time.time(), [])  # no rank process to dump
 
     def detach(self) -> None:
         """The dashboard let go before the end: the flood stops where it is."""
@@ -124,10 +135,10 @@ class FloodRun:
         self.store.set_run(status=RunStatus.FINISHED, exit_code=0, ended_at=time.time())
         self.store.close()
         # shaped like a RunResult where the dashboard reads one (its end toast)
-        self.result = SimpleNamespace(exit_code=0, diagnosis=None, lines=n)
+        self.result = RunResult(0, [], dict.fromkeys(self.nodes, 0), stopped=False)
         self._done.set()
 
 
 def flood_run(ranks: int, rate: float, total: int, hold: Path | None = None,
-              telemetry_nodes: int = 0) -> FloodRun:
+              telemetry_nodes: int = 0) -> RunPort:
     return FloodRun(ranks, rate, total, hold, telemetry_nodes)

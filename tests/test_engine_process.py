@@ -1,98 +1,52 @@
 """The engine process: a real child process running a controller-shaped run, and the replica
 store, calls and failures as the dashboard sees them.
 
-The runs here are scripted (``ScriptedRun``, built inside the engine by name); the real
+The runs here are scripted (``fakes.ScriptedRun``, built inside the engine by name); the real
 controller in an engine is driven end to end by tests/test_tui_e2e.py and test_tui_tmux.py.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, is_dataclass
+from multiprocessing import Pipe
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
+from fakes import scripted
+from replay import T0
 
 from ddptui.chart.rows import chart_rows
+from ddptui.engine.calls import (
+    REQUESTS,
+    Acked,
+    Ask,
+    ChartBuilt,
+    EngineCalls,
+    EngineError,
+    Launch,
+    NcclFactsNow,
+    Opened,
+    Reply,
+    Request,
+    StacksTaken,
+    Stop,
+    Stopped,
+)
 from ddptui.engine.client import EngineClient, EngineProcess, Spare
-from ddptui.engine.wire import EngineError
-from ddptui.events import LogLine, Metric, NodeState, NodeStatus, RunStatus
-from ddptui.outcome import LaunchError
-from ddptui.store.store import Store
+from ddptui.events import NodeStatus
+from ddptui.nccl import NcclFacts
+from ddptui.outcome import LaunchError, RunResult, StopReport
+from ddptui.rank_stacks import NodeStacks, RankStack, Stacks
 
 pytestmark = pytest.mark.timeout(120)
-T0 = 1_700_000_000.0
-
-
-class ScriptedRun:
-    """Session-shaped: ``launch`` plays ``lines`` lines (and a metric every 10) into a
-    real store with its disk mirror; ``forever`` keeps it going until stopped or detached.
-    ``detach`` and ``stop`` leave a mark in ``local_dir`` for the test to find."""
-
-    def __init__(self, local_dir: str, lines: int, forever: bool, fail: str) -> None:
-        self.local_dir = Path(local_dir)
-        self.run_id = "scripted"
-        self.config = None
-        self.store = Store(self.local_dir)
-        self.store.set_run(run_id=self.run_id, status=RunStatus.LAUNCHING, world_size=2)
-        self.store.add_node("a", 0)
-        self.store.apply([LogLine("a", "before launch", T0, rank=0)])
-        self.lines, self.forever, self.fail = lines, forever, fail
-        self.result: Any = None
-        self._done = threading.Event()
-        self._halt = threading.Event()
-        self._thread = threading.Thread(target=self._play, daemon=True)
-
-    @property
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    def launch(self) -> None:
-        if self.fail:
-            raise LaunchError([self.fail, "and a second problem"])
-        self.store.set_run(status=RunStatus.RUNNING)
-        self._thread.start()
-
-    def _play(self) -> None:
-        i = 0
-        while (i < self.lines or self.forever) and not self._halt.is_set():
-            batch: list[Any] = [LogLine("a", f"line {i}", T0 + i, rank=i % 2, local_rank=i % 2)
-                                for i in range(i, i + 10)]
-            batch.append(Metric("a", i % 2, "metric", i, {"loss": 1 / (i + 1)}, T0 + i,
-                                text=f"@ddptui loss {i}"))
-            self.store.apply(batch)
-            i += 10
-            if self.forever:
-                time.sleep(0.01)
-        if self._halt.is_set():
-            return
-        self.store.apply([NodeState("a", NodeStatus.EXITED, T0 + i, "exit code 0", 1, 0)])
-        self.store.set_run(status=RunStatus.FINISHED, exit_code=0)
-        self.result = {"lines": i}
-        self._done.set()
-
-    def stop(self, grace: float | None = None) -> dict[str, Any]:
-        (self.local_dir / "stopped").write_text(str(grace))
-        self._halt.set()
-        self._thread.join()
-        self.store.set_run(status=RunStatus.STOPPED)
-        self.result = {"stopped": True}
-        self._done.set()
-        return {"leftover": {}}
-
-    def detach(self) -> None:
-        (self.local_dir / "detached").write_text("yes")
-        self._halt.set()
-        self._thread.join(timeout=5)
-
-
-def scripted(local_dir: str, lines: int = 0, forever: bool = False, fail: str = "") -> Any:
-    return ScriptedRun(local_dir, lines, forever, fail)
 
 
 def pump_until(client: EngineClient, cond: Any, within: float = 30.0) -> None:
@@ -120,7 +74,7 @@ def test_the_replica_gets_the_run_as_the_engine_stores_it(engine: EngineProcess,
     assert client.store.run_dir == tmp_path
     client.launch()
     pump_until(client, lambda: client.done)
-    assert client.result == {"lines": 5000}
+    assert client.result == RunResult(0, [], {"a": 0}, stopped=False)
     assert client.store.run_info().status == "finished"
     assert client.store.seq == 1 + 5000 + 500  # every line, and every metric's own line
     assert client.store.rank_tail(0)[-1].text == "@ddptui loss 4990"
@@ -174,7 +128,7 @@ def test_stop_is_the_engines_and_its_report_comes_back(engine: EngineProcess,
                                                        tmp_path: Path) -> None:
     client = engine.open(scripted, str(tmp_path), 0, True)
     client.launch()
-    assert client.stop(grace=2.5) == {"leftover": {}}
+    assert client.stop(grace=2.5) == StopReport(errors={"a": "stopped with a grace of 2.5 s"})
     assert (tmp_path / "stopped").read_text() == "2.5"
     pump_until(client, lambda: client.done)
     assert client.store.run_info().status == "stopped"
@@ -205,7 +159,7 @@ def test_a_dashboard_that_dies_leaves_the_run_to_be_attached(tmp_path: Path) -> 
         "import sys, time\n"
         f"sys.path[:0] = [{str(here)!r}]\n"
         "from ddptui.engine.client import EngineProcess\n"
-        "from test_engine_process import scripted\n"
+        "from fakes import scripted\n"
         "e = EngineProcess()\n"
         f"c = e.open(scripted, {str(tmp_path)!r}, 0, True)\n"
         "c.launch()\n"
@@ -242,3 +196,72 @@ def test_a_spare_engine_is_used_once_and_then_replaced(tmp_path: Path) -> None:
         c.close()
         assert c.engine.process.poll() is not None
     spare.close()
+
+
+# -- typed calls -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Unheard(Ask[Acked]):
+    """A request of a later ddptui that this engine does not answer."""
+
+    reply = Acked
+
+
+def test_an_unknown_request_is_an_error_in_ddptuis_words(engine: EngineProcess,
+                                                          tmp_path: Path) -> None:
+    with pytest.raises(EngineError, match=r"Launch came before the engine had a run"):
+        engine.calls.call(Launch())
+    with pytest.raises(EngineError, match=r"the engine has no call 'Unheard': it answers Open, "
+                                          r"Launch, Stop"):
+        engine.calls.call(Unheard())
+    client = engine.open(scripted, str(tmp_path))  # the engine is still there, and answers
+    assert client.stacks(2).saved == "asked for 2"
+
+
+SAMPLES: list[Reply] = [
+    Opened("r1", None, Path("/tmp/r1"), b"\x80\x05snapshot"),
+    Acked(),
+    Stopped(StopReport({"a": [12, 13]}, {"b": "unreachable"})),
+    ChartBuilt(*chart_rows("loss", False, [0], lambda r, m: ([0, 1], [1.0, 2.0]), 20, 6)),
+    NcclFactsNow(NcclFacts()),
+    StacksTaken(Stacks("r1", T0, [NodeStacks("a", [RankStack("a", 0, 0, 41, "Thread 1")])])),
+]
+
+
+@pytest.mark.parametrize("reply", SAMPLES, ids=lambda r: type(r).__name__)
+def test_each_reply_round_trips(reply: Reply) -> None:
+    back = pickle.loads(pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
+    assert type(back) is type(reply)
+    if isinstance(reply, NcclFactsNow):  # facts compare by what they say
+        assert isinstance(back, NcclFactsNow)
+        assert back.facts.to_dict() == reply.facts.to_dict()
+    else:
+        assert back == reply
+
+
+def test_every_request_and_reply_is_a_frozen_slotted_dataclass() -> None:
+    replies = set(get_args(Reply))
+    assert {type(r) for r in SAMPLES} == replies  # a sample of each
+    assert set(get_args(Request)) == set(REQUESTS)
+    for kind in (*REQUESTS, *replies):
+        assert is_dataclass(kind) and vars(kind)["__dataclass_params__"].frozen, kind
+        assert "__slots__" in vars(kind), kind
+    for request in REQUESTS:
+        assert request.reply in replies, request
+
+
+def test_a_reply_of_the_wrong_type_is_an_error_not_a_value() -> None:
+    """The client checks each reply against its request's: an engine of another version
+    that answers a stop with something else is said, not handed on."""
+    ours, theirs = Pipe()
+
+    def wrong_engine() -> None:
+        number, _ = theirs.recv()
+        theirs.send((number, True, Acked()))
+
+    threading.Thread(target=wrong_engine, daemon=True).start()
+    calls = EngineCalls(ours, lambda: None)
+    with pytest.raises(EngineError, match="the engine answered Stop with a Acked, not a Stopped"):
+        calls.call(Stop(1.0), timeout=10)
+    theirs.close()

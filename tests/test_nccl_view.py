@@ -9,52 +9,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from replay import T0, node_events, scenario
-from test_nccl_cli import LO, SUBSYS, as_rank, raw_from_headless
-from test_tui_app import FakeController, make_app, settle, sync
+from fakes import FakeController, NcclRun
+from replay import T0, scenario
+from test_tui_app import make_app, settle, sync
 from textual.command import CommandPalette
 from textual.widgets import DataTable, OptionList, Static
 
 from ddptui.engine.client import EngineProcess
-from ddptui.engine.wire import EngineError
-from ddptui.events import LogLine, NodeState, NodeStatus, RunStatus
 from ddptui.nccl import NcclFacts, nccl_warnings
 from ddptui.tui.app import DashboardApp
 from ddptui.tui.screens.nccl import NcclScreen
 from ddptui.tui.views import ViewKind
 
 pytestmark = pytest.mark.timeout(60)
-
-
-class NcclRun(FakeController):
-    """Two nodes of recorded NCCL output: gpu0 bootstraps on loopback, gpu1 guesses its
-    NIC's speed. Its facts are the controller's: fed every NCCL line."""
-
-    def __init__(self, *, gone: bool = False) -> None:
-        super().__init__(run_id="nccl-run")
-        self.gone = gone
-        self.asked = 0
-        self.events = {"gpu0": node_events("gpu0", raw_from_headless(LO)),
-                       "gpu1": node_events("gpu1", as_rank(SUBSYS, 1))}
-
-    def launch(self) -> None:
-        self.launched += 1
-        self.store.set_run(run_id=self.run_id, status=RunStatus.RUNNING, started_at=T0,
-                           world_size=2)
-        for i, (node, events) in enumerate(self.events.items()):
-            self.store.add_node(node, i)
-            self.store.apply([NodeState(node, NodeStatus.RUNNING, T0, pid=4100 + i), *events])
-
-    def nccl_facts(self) -> NcclFacts:
-        self.asked += 1
-        if self.gone:
-            raise EngineError("EOFError: the engine process has ended")
-        facts = NcclFacts()
-        for events in self.events.values():
-            for ev in events:
-                if isinstance(ev, LogLine):
-                    facts.feed_line(ev)
-        return facts
 
 
 def nccl_app(**kw: Any) -> Any:

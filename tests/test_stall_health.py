@@ -19,17 +19,8 @@ from ddptui.events import NodeStatus, Stall
 from ddptui.faces.headless import Printer
 from ddptui.faces.stacks import show_stacks
 from ddptui.live.follow import Batch
-from ddptui.remote.stacks import (
-    NodeStacks,
-    RankStack,
-    Stacks,
-    main_frames,
-    parse_stacks,
-    read_stacks,
-    stacks_cmd,
-    stacks_lines,
-    take,
-)
+from ddptui.rank_stacks import NodeStacks, RankStack, Stacks, main_frames, read_stacks, stacks_lines
+from ddptui.remote.stacks import parse_stacks, stacks_cmd, take
 from ddptui.store import rundir
 from ddptui.store.health import (
     StallWatch,

@@ -4,26 +4,15 @@ ranks' Python stacks (Pilot, on a recorded run; the run handle is a stand-in).""
 from __future__ import annotations
 
 import pytest
+from fakes import FakeController, StackedController
 from replay import T0
-from test_stall_health import recorded
-from test_tui_app import DashboardUnderTest, FakeController, make_app, settle, sync, toasts
+from test_tui_app import DashboardUnderTest, make_app, settle, sync, toasts
 
 from ddptui.events import Stall
-from ddptui.remote.stacks import Stacks
 from ddptui.tui.screens.stacks import StacksScreen
 from ddptui.tui.views import ViewKind, ViewSpec
 
 pytestmark = pytest.mark.timeout(60)
-
-
-class StackedController(FakeController):
-    """A run whose ranks' stacks are the ones recorded on the cluster."""
-
-    asked: list[int | None] = []
-
-    def stacks(self, rank: int | None = None) -> Stacks:
-        StackedController.asked.append(rank)
-        return recorded()
 
 
 def stacked_app() -> DashboardUnderTest:

@@ -11,20 +11,18 @@ import functools
 import re
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from fakes import FakeController
 from replay import T0, scenario
 from textual.command import CommandPalette
 
-from ddptui.chart.rows import store_chart
 from ddptui.config import HostsConfig
 from ddptui.events import LogLine, NodeState, NodeStatus, RunStatus
-from ddptui.outcome import LaunchError, RunResult, StopReport
+from ddptui.outcome import RunResult
 from ddptui.store.store import Store
 from ddptui.tui.app import DashboardApp
-from ddptui.tui.handle import Chart
 from ddptui.tui.screens.confirm import ConfirmScreen
 from ddptui.tui.screens.help import HelpScreen
 from ddptui.tui.screens.quit import QuitScreen
@@ -48,62 +46,6 @@ def sync(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
         asyncio.run(fn(*args, **kwargs))
 
     return run
-
-
-class FakeController:
-    """A run handle (``ddptui.tui.handle.RunHandle``); launch plays a recorded run into the
-    store."""
-
-    instances: list[FakeController] = []
-
-    def __init__(self, name: str = "train", run_id: str = "fake-run", fail: str = "") -> None:
-        self.store = Store()
-        self.run_id = run_id
-        self.config: HostsConfig | None = None
-        self.name = name
-        self.fail = fail
-        self.launched = self.stopped = self.detached = self.pumped = self.closed = 0
-        self._done = False
-        self.result: RunResult | None = None
-        FakeController.instances.append(self)
-
-    @property
-    def done(self) -> bool:
-        return self._done
-
-    def launch(self) -> None:
-        self.launched += 1
-        if self.fail:
-            raise LaunchError([self.fail])
-        scenario(self.name, self.store)
-        self.store.set_run(run_id=self.run_id)
-
-    def stop(self, grace: float | None = None) -> StopReport:
-        self.stopped += 1
-        self.store.apply([NodeState(n.name, NodeStatus.STOPPED, T0 + 9, exit_code=-15)
-                          for n in self.store.node_views()])
-        self.store.set_run(status=RunStatus.STOPPED, ended_at=T0 + 9)
-        self.result = RunResult(exit_code=0, failures=[], node_exit_codes={}, stopped=True)
-        self._done = True
-        return StopReport()
-
-    def detach(self) -> None:
-        self.detached += 1
-
-    def wait(self, timeout: float | None = None) -> RunResult | None:
-        return self.result
-
-    def process_estimate(self) -> tuple[int, int]:
-        return 4, 2
-
-    def pump(self) -> None:
-        self.pumped += 1
-
-    def close(self) -> None:
-        self.closed += 1
-
-    def chart(self, metric: str, log_y: bool, width: int, height: int) -> Chart:
-        return store_chart(self.store, metric, log_y, width, height)
 
 
 class DashboardUnderTest(DashboardApp):
@@ -146,7 +88,7 @@ def make_app(store: Store | None = None, **kw: Any) -> DashboardUnderTest:
     FakeController.instances.clear()
     kw.setdefault("controller_factory", lambda config, root: FakeController())
     kw.setdefault("clock", lambda: T0 + 10)
-    config = kw.pop("config", SimpleNamespace(path=Path("hosts.yaml")))
+    config = kw.pop("config", HostsConfig(Path("hosts.yaml"), ()))
     return DashboardUnderTest(config, store=store, **kw)
 
 
@@ -652,7 +594,7 @@ async def test_restart_after_attach_uses_the_runs_own_hosts_file() -> None:
 
     def attacher(run_id: str, root: Path | None) -> FakeController:
         c = FakeController(run_id=run_id)
-        c.config = "hosts of the old run"  # type: ignore[assignment]
+        c.config = HostsConfig(Path("old-hosts.yaml"), ())
         c._done = True
         return c
 
@@ -661,7 +603,7 @@ async def test_restart_after_attach_uses_the_runs_own_hosts_file() -> None:
         await settle(pilot, app)
         await pilot.press("R")
         await settle(pilot, app)
-        assert seen == ["hosts of the old run"]
+        assert seen == [HostsConfig(Path("old-hosts.yaml"), ())]
 
 
 @sync

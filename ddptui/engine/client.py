@@ -1,12 +1,13 @@
 """The dashboard's side of an engine: starting one, calls to it, and the replica store it
 keeps up to date.
 
-:class:`EngineClient` is what the dashboard holds as its run's handle (the shape of
-:class:`ddptui.tui.handle.RunHandle`): a replica of the engine's store, brought up to date by
-:meth:`EngineClient.pump` on the dashboard's timer, and calls that the engine answers.
+:class:`EngineClient` is what the dashboard holds as its run's handle (a
+:class:`ddptui.run_port.RunHandle`): a replica of the engine's store, brought up to date by
+:meth:`EngineClient.pump` on the dashboard's timer, and typed calls that the engine answers
+(:mod:`ddptui.engine.calls`).
 :class:`EngineProcess` starts an engine and :class:`Spare` keeps one ready. They run in the
 dashboard's process, so they live here and not in :mod:`ddptui.engine.process`, the engine's
-own code: the engine imports that and the wire, and nothing of the dashboard's.
+own code: the engine imports that, the wire and the calls, and nothing of the dashboard's.
 """
 
 from __future__ import annotations
@@ -20,16 +21,26 @@ import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from pathlib import Path
-from typing import Any
 
-from ddptui.chart.rows import Run
-from ddptui.config import HostsConfig
-from ddptui.engine.wire import EngineCalls, EngineError, apply_change, decode, unpack_snapshot
+from ddptui.engine.calls import (
+    BuildChart,
+    Detach,
+    EngineCalls,
+    EngineError,
+    GetNcclFacts,
+    Launch,
+    Leave,
+    Open,
+    Opened,
+    Stop,
+    TakeStacks,
+)
+from ddptui.engine.wire import apply_change, decode, unpack_snapshot
 from ddptui.events import RunStatus
 from ddptui.nccl import NcclFacts
 from ddptui.outcome import RunResult, StopReport
-from ddptui.remote.stacks import DUMP_TIMEOUT_S, Stacks
+from ddptui.rank_stacks import DUMP_TIMEOUT_S, Stacks
+from ddptui.run_port import Chart, RunPort
 from ddptui.store.store import Change, Store
 
 #: How long one :meth:`EngineClient.pump` may keep the dashboard's event loop: a key waits
@@ -47,12 +58,11 @@ class EngineClient:
     """What the dashboard holds as its run's handle: a replica store and calls to the
     engine."""
 
-    def __init__(self, engine: EngineProcess, run_id: str, config: HostsConfig | None,
-                 run_dir: Path | None, snapshot: bytes) -> None:
+    def __init__(self, engine: EngineProcess, opened: Opened) -> None:
         self.engine = engine
-        self.run_id = run_id
-        self.config = config
-        self.store = Store.replica(unpack_snapshot(snapshot), run_dir)
+        self.run_id = opened.run_id
+        self.config = opened.config
+        self.store = Store.replica(unpack_snapshot(opened.snapshot), opened.run_dir)
         self.result: RunResult | None = None
         self._done = False
         self._closing = False
@@ -66,38 +76,34 @@ class EngineClient:
         return self._done
 
     def launch(self) -> None:
-        self.engine.calls.call("launch")
+        self.engine.calls.call(Launch())
 
     def stop(self, grace: float | None = None) -> StopReport:
-        report: StopReport = self.engine.calls.call("stop", grace)
-        return report
+        return self.engine.calls.call(Stop(grace)).report
 
     def detach(self) -> None:
-        self.engine.calls.call("detach")
+        self.engine.calls.call(Detach())
 
-    def chart(self, metric: str, log_y: bool, width: int, height: int
-              ) -> tuple[list[list[Run]], dict[int, int]]:
+    def chart(self, metric: str, log_y: bool, width: int, height: int) -> Chart:
         """The chart, built in the engine from its own series (see ``ddptui.chart.rows``);
         call it off the event loop. Raises :class:`EngineError` once the engine is gone."""
-        built: tuple[list[list[Run]], dict[int, int]] = self.engine.calls.call(
-            "chart", metric, log_y, width, height, timeout=CHART_TIMEOUT_S)
-        return built
+        built = self.engine.calls.call(BuildChart(metric, log_y, width, height),
+                                       timeout=CHART_TIMEOUT_S)
+        return built.rows, built.plotted
 
     def nccl_facts(self) -> NcclFacts:
-        """What NCCL said so far, from the controller's own facts (fed every NCCL line,
+        """What NCCL said so far, from the session's own facts (fed every NCCL line,
         where the replica's rings may have let the first ones go); call it off the event
         loop. Raises :class:`EngineError` once the engine is gone."""
-        facts: NcclFacts = self.engine.calls.call("nccl", timeout=CHART_TIMEOUT_S)
-        return facts
+        return self.engine.calls.call(GetNcclFacts(), timeout=CHART_TIMEOUT_S).facts
 
     def stacks(self, rank: int | None = None) -> Stacks:
         """The ranks' Python stacks, taken on the nodes through the engine's connections;
         call it off the event loop (py-spy takes a second or more)."""
-        stacks: Stacks = self.engine.calls.call("stacks", rank, timeout=STACKS_TIMEOUT_S)
-        return stacks
+        return self.engine.calls.call(TakeStacks(rank), timeout=STACKS_TIMEOUT_S).stacks
 
     def process_estimate(self) -> tuple[int, int]:
-        """(processes, nodes), as the controller counts them, from the replica alone: the
+        """(processes, nodes), as the session counts them, from the replica alone: the
         dashboard asks on its event loop, which must not wait for another process."""
         nodes = len(self.config.nodes) if self.config is not None else len(self.store.nodes)
         world = self.store.run_info().world_size or len(self.store.ranks)
@@ -141,10 +147,11 @@ class EngineClient:
 
     def engine_gone(self) -> None:
         """The engine ended while the dashboard still needed it: say so, and let go."""
-        if self._closing or self._done:
+        if self._closing:
             return
-        self._receiver.join(timeout=5)  # what the engine sent before it ended still counts
-        self.pump(budget=5.0)
+        if not self._done:  # what the engine sent before it ended still counts
+            self._receiver.join(timeout=5)
+            self.pump(budget=5.0)
         if self._done:
             return
         code = self.engine.process.poll()
@@ -188,10 +195,9 @@ class EngineProcess:
         self._client: EngineClient | None = None
         self.calls = EngineCalls(Connection(cmd.detach()), self._gone)
 
-    def open(self, target: Callable[..., Any], *args: Any) -> EngineClient:
-        """Run ``target(*args)`` (a controller, built in the engine) and follow its store."""
-        reply = self.calls.call("open", target, args)
-        self._client = EngineClient(self, *reply)
+    def open(self, target: Callable[..., RunPort], *args: object) -> EngineClient:
+        """Run ``target(*args)`` (a run, built in the engine) and follow its store."""
+        self._client = EngineClient(self, self.calls.call(Open(target, args)))
         return self._client
 
     def _gone(self) -> None:
@@ -201,7 +207,7 @@ class EngineProcess:
     def close(self, timeout: float = 20.0) -> None:
         """Ask the engine to leave (it detaches from a run still going) and wait for it."""
         with contextlib.suppress(EngineError, TimeoutError):
-            self.calls.call("exit", timeout=timeout)
+            self.calls.call(Leave(), timeout=timeout)
         try:
             self.process.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -221,7 +227,7 @@ class Spare:
             if self._engine is None:
                 self._engine = EngineProcess()
 
-    def open(self, target: Callable[..., Any], *args: Any) -> EngineClient:
+    def open(self, target: Callable[..., RunPort], *args: object) -> EngineClient:
         with self._lock:
             engine, self._engine = self._engine, None
         if engine is None or engine.process.poll() is not None:

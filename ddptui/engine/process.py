@@ -1,76 +1,77 @@
-"""The dashboard's controller runs in a process of its own, the engine.
+"""The dashboard's session runs in a process of its own, the engine.
 
 Following sixteen ranks means reading, parsing and storing tens of thousands of lines a second
 in Python. Done in the dashboard's process, that work holds the GIL and the event loop waits
-for it: keys took three to five times longer to show. So the controller, with its SSH
+for it: keys took three to five times longer to show. So the session, with its SSH
 connections, followers, parser and disk mirror, lives in an engine process. The dashboard keeps
 a replica of the store and brings it up to date on its own timer (:meth:`EngineClient.pump`).
 
 The engine never stops a run by itself. If the dashboard closes it, or dies, the engine
 detaches and the run goes on, ready to be attached again.
 
-This module is the engine's side (``main`` is its entry): it imports the wire
-(:mod:`ddptui.engine.wire`) and nothing else of the engine package, so the engine never loads
-the dashboard's side, :mod:`ddptui.engine.client`, which starts engines and follows them.
+This module is the engine's side (``main`` is its entry): of the engine package it imports
+the two channels' plain ends (:mod:`ddptui.engine.wire` for changes, :mod:`ddptui.engine.calls`
+for calls) and nothing else, so the engine never loads the dashboard's side,
+:mod:`ddptui.engine.client`, which starts engines and follows them. It answers each call by
+the request's type; a request it does not know, or cannot read, is answered with an error.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import signal
 import threading
-from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Protocol
+from types import FrameType
+from typing import assert_never
 
 from ddptui.chart.rows import store_chart
 from ddptui.config import HostsConfig
-from ddptui.engine.wire import Backlog, encode, error_payload, pack_snapshot, split_changes
-from ddptui.nccl import NcclFacts
-from ddptui.outcome import RunResult, StopReport
-from ddptui.remote.stacks import Stacks
+from ddptui.engine.calls import (
+    REQUESTS,
+    Acked,
+    BuildChart,
+    ChartBuilt,
+    Detach,
+    EngineError,
+    GetNcclFacts,
+    Launch,
+    Leave,
+    NcclFactsNow,
+    Open,
+    Opened,
+    Reply,
+    Request,
+    StacksTaken,
+    Stop,
+    Stopped,
+    TakeStacks,
+    error_payload,
+)
+from ddptui.engine.wire import Backlog, encode, pack_snapshot, split_changes
+from ddptui.run_port import RunPort
 from ddptui.store import rundir
-from ddptui.store.store import Store
 
 SEND_EVERY_S = 0.03
 #: Events per message at most: a message is applied whole, so its size bounds a pump's.
 MESSAGE_EVENTS = 1000
 
 
-class Runnable(Protocol):
-    """What an engine runs: :class:`ddptui.live.session.Session` (tests script
-    stand-ins), built in the engine by a target such as :func:`new_run`."""
+# Targets: what an engine runs (module-level so that they pickle by name). Their return
+# types are mypy's check that the session is a RunPort.
 
-    store: Store
-    run_id: str
-    config: HostsConfig | None
-    #: The run's local directory, where the engine writes its ``engine.log``.
-    local_dir: Path
-
-    @property
-    def done(self) -> bool: ...
-    @property
-    def result(self) -> RunResult | None: ...
-    def launch(self) -> None: ...
-    def stop(self, grace: float | None = None) -> StopReport: ...
-    def detach(self) -> None: ...
-    def nccl_facts(self) -> NcclFacts: ...
-    def stacks(self, rank: int | None = None) -> Stacks: ...
-
-
-# Targets: what an engine runs (module-level so that they pickle by name).
-
-def new_run(config: HostsConfig, state_root: Path | None, preflight: bool = True) -> Runnable:
+def new_run(config: HostsConfig, state_root: Path | None, preflight: bool = True) -> RunPort:
     from ddptui.live.session import Session
 
-    ctl = Session(config, state_root=state_root)
-    ctl.preflight = preflight
-    return ctl
+    session = Session(config, state_root=state_root)
+    session.preflight = preflight
+    return session
 
 
-def attach_run(run_id: str, state_root: Path | None) -> Runnable:
+def attach_run(run_id: str, state_root: Path | None) -> RunPort:
     from ddptui.live.session import Session
 
     return Session.attach(run_id, state_root=state_root)
@@ -89,14 +90,27 @@ class _Leave(Exception):
     """SIGTERM: leave as on exit (detach, never stop)."""
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise _Leave
+
+
+def _read(data: bytes) -> Request:
+    """A request as the dashboard pickled it; in ddptui's words when it is not one."""
+    try:
+        request = pickle.loads(data)
+    except Exception as e:
+        raise EngineError(f"the engine could not read a request ({type(e).__name__}: {e}); "
+                          "is the dashboard the same version of ddptui?") from None
+    if not isinstance(request, REQUESTS):
+        raise EngineError(f"the engine has no call {type(request).__name__!r}: it answers "
+                          + ", ".join(r.__name__ for r in REQUESTS))
+    return request
 
 
 class _Engine:
     def __init__(self, cmd: Connection, feed: Connection) -> None:
         self.cmd, self.feed = cmd, feed
-        self.run: Runnable | None = None
+        self.run: RunPort | None = None
         self.backlog = Backlog()
         self.leaving = threading.Event()
         self._send_lock = threading.Lock()
@@ -106,16 +120,21 @@ class _Engine:
     def serve(self) -> None:
         while True:
             try:
-                request, op, args = self.cmd.recv()
+                number, data = self.cmd.recv()
             except (EOFError, OSError, _Leave):  # the dashboard is gone, or going
                 break
-            if op == "exit":
-                self._reply(request, True, None)
+            try:
+                request = _read(data)
+            except EngineError as e:
+                self._reply(number, False, error_payload(e))
+                continue
+            if isinstance(request, Leave):
+                self._reply(number, True, Acked())
                 break
-            if op == "open":  # in order: every later call needs the controller
-                self._handle(request, op, args)
+            if isinstance(request, Open):  # in order: every later call needs the run
+                self._handle(number, request)
             else:
-                threading.Thread(target=self._handle, args=(request, op, args),
+                threading.Thread(target=self._handle, args=(number, request),
                                  daemon=True).start()
         self.leave()
 
@@ -129,58 +148,61 @@ class _Engine:
         if self._sender.is_alive():
             self._sender.join(timeout=5)
 
-    def _reply(self, request: int, ok: bool, payload: Any) -> None:
+    def _reply(self, number: int, ok: bool, payload: object) -> None:
         with self._send_lock, contextlib.suppress(OSError, EOFError):
-            self.cmd.send((request, ok, payload))
+            self.cmd.send((number, ok, payload))
 
-    def _handle(self, request: int, op: str, args: tuple[Any, ...]) -> None:
+    def _handle(self, number: int, request: Request) -> None:
         try:
-            result = self._call(op, args)
+            reply = self._answer(request)
         except BaseException as e:
-            self._reply(request, False, error_payload(e))
+            self._reply(number, False, error_payload(e))
         else:
             try:
-                self._reply(request, True, result)
-            except Exception as e:  # a result that does not pickle is a bug, said as one
-                self._reply(request, False, error_payload(e))
+                self._reply(number, True, reply)
+            except Exception as e:  # a reply that does not pickle is a bug, said as one
+                self._reply(number, False, error_payload(e))
 
-    def _call(self, op: str, args: tuple[Any, ...]) -> Any:
-        """One call of :class:`ddptui.engine.client.EngineClient`, by name."""
-        if op == "open":
-            target, target_args = args
-            return self._open(target, target_args)
+    def _answer(self, request: Request) -> Reply:
+        """One call of :class:`ddptui.engine.client.EngineClient`, by its request's type."""
+        if isinstance(request, Open):
+            return self._open(request)
         run = self.run
         if run is None:
-            raise RuntimeError(f"engine call {op!r} before open")
-        if op == "launch":
-            return run.launch()
-        if op == "stop":
-            (grace,) = args
-            return run.stop(grace)
-        if op == "detach":
-            return run.detach()
-        if op == "chart":
-            metric, log_y, width, height = args
-            return store_chart(run.store, metric, log_y, width, height)
-        if op == "nccl":
-            return run.nccl_facts()
-        if op == "stacks":
-            (rank,) = args
-            return run.stacks(rank)
-        raise ValueError(f"unknown engine call {op!r}")
+            raise EngineError(f"{type(request).__name__} came before the engine had a run")
+        match request:
+            case Launch():
+                run.launch()
+                return Acked()
+            case Stop(grace):
+                return Stopped(run.stop(grace))
+            case Detach():
+                run.detach()
+                return Acked()
+            case BuildChart(metric, log_y, width, height):
+                return ChartBuilt(*store_chart(run.store, metric, log_y, width, height))
+            case GetNcclFacts():
+                return NcclFactsNow(run.nccl_facts())
+            case TakeStacks(rank):
+                return StacksTaken(run.stacks(rank))
+            case Leave():  # answered by serve, which then ends
+                return Acked()
+            case _:
+                assert_never(request)
 
-    def _open(self, target: Callable[..., Runnable], args: tuple[Any, ...]
-              ) -> tuple[str, HostsConfig | None, Path | None, bytes]:
+    def _open(self, request: Open) -> Opened:
         """Build the run, send its output to its ``engine.log``, and start sending its
         store's changes; the reply is what :class:`EngineClient` is built from."""
         if self.run is not None:
-            raise RuntimeError("this engine already runs a controller")
-        run = target(*args)
-        _redirect_output(str(Path(run.local_dir) / rundir.ENGINE_LOG))
+            raise EngineError("this engine already runs a run")
+        run = request.target(*request.args)
+        run_dir = run.store.run_dir
+        if run_dir is not None:
+            _redirect_output(str(Path(run_dir) / rundir.ENGINE_LOG))
         self.run = run
         snapshot = run.store.subscribe(self.backlog.add)
         self._sender.start()
-        return run.run_id, run.config, run.store.run_dir, pack_snapshot(snapshot)
+        return Opened(run.run_id, run.config, run_dir, pack_snapshot(snapshot))
 
     def _send_changes(self) -> None:
         """Batches of changes, then ``done`` (with the result) once the run is over."""

@@ -9,22 +9,18 @@ A dashboard that falls far behind is sent only the newest lines, and the count o
 missed (see :class:`Backlog`). Node states, metrics and failures are always sent, and the
 full record is on disk in the engine's mirror.
 
-Calls go the other way, on a socket of their own (:class:`EngineCalls`), and their errors
-come back as :func:`error_payload` makes them. Both ends of both channels live here, so that
-the engine's module and the dashboard's each import this one and never each other.
+Both ends live here, so that the engine's module and the dashboard's each import this one
+and never each other; calls go the other way, typed, on a socket of their own
+(:mod:`ddptui.engine.calls`).
 """
 
 from __future__ import annotations
 
 import pickle
 import threading
-from collections.abc import Callable
-from concurrent.futures import Future
-from multiprocessing.connection import Connection
 from typing import Any
 
 from ddptui.events import Level, LineRun, LogLine, Metric, Source
-from ddptui.outcome import LaunchError
 from ddptui.store.store import Change, Store
 
 _SOURCES = list(Source)
@@ -212,69 +208,3 @@ class Backlog:
                     kept.append(e)
             self._changes[i] = ("apply", kept)
 
-
-class EngineError(Exception):
-    """The engine failed, or an error inside it that is not a :class:`LaunchError`;
-    ``str()`` names the error's kind."""
-
-
-def error_payload(e: BaseException) -> tuple[str, str, list[str] | None]:
-    """An exception as the engine sends it: its kind, its text, a LaunchError's problems.
-    Not the exception itself, whose class (paramiko's, say) the dashboard need not have
-    imported to unpickle it."""
-    return type(e).__name__, str(e), getattr(e, "problems", None)
-
-
-def _remote_error(kind: str, message: str, problems: list[str] | None) -> Exception:
-    if kind == "LaunchError" and problems is not None:
-        return LaunchError(problems)
-    return EngineError(f"{kind}: {message}")
-
-
-class EngineCalls:
-    """Requests to the engine from any thread; one reader thread hands out the replies."""
-
-    def __init__(self, conn: Connection, on_gone: Callable[[], None]) -> None:
-        self._conn = conn
-        self._on_gone = on_gone
-        self._lock = threading.Lock()
-        self._next = 0
-        self._waiting: dict[int, Future[Any]] = {}
-        self.gone = False
-        threading.Thread(target=self._read, name="engine-replies", daemon=True).start()
-
-    def call(self, op: str, *args: Any, timeout: float | None = None) -> Any:
-        """``op(*args)`` in the engine; its result, or its error raised here."""
-        reply: Future[Any] = Future()
-        with self._lock:
-            if self.gone:
-                raise EngineError("the engine process has ended")
-            request = self._next
-            self._next += 1
-            self._waiting[request] = reply
-            try:
-                self._conn.send((request, op, args))
-            except (OSError, EOFError) as e:
-                del self._waiting[request]
-                raise EngineError(f"the engine process has ended ({e})") from None
-        return reply.result(timeout)
-
-    def _read(self) -> None:
-        while True:
-            try:
-                request, ok, payload = self._conn.recv()
-            except (EOFError, OSError):
-                break
-            reply = self._waiting.pop(request, None)
-            if reply is None:
-                continue
-            if ok:
-                reply.set_result(payload)
-            else:
-                reply.set_exception(_remote_error(*payload))
-        with self._lock:
-            self.gone = True
-            waiting, self._waiting = self._waiting, {}
-        for reply in waiting.values():
-            reply.set_exception(EngineError("the engine process ended before it answered"))
-        self._on_gone()

@@ -13,8 +13,9 @@ from typing import TextIO
 
 from ddptui.config import HostsConfig
 from ddptui.config.secrets import config_masker
+from ddptui.rank_stacks import stacks_lines
 from ddptui.remote.reach import Failed, connect, map_at_once
-from ddptui.remote.stacks import stacks_lines, take
+from ddptui.remote.stacks import take
 from ddptui.store import rundir
 from ddptui.store.runs import no_run, read_run
 from ddptui.store.runs import state_root as resolve_state_root

@@ -37,15 +37,16 @@ from ddptui.nccl import NcclFacts
 from ddptui.nodelog import NodeLogParser
 from ddptui.nodeprog import torchrun_tee
 from ddptui.outcome import LaunchError, RunResult, StopReport, run_end
+from ddptui.rank_stacks import Stacks
 from ddptui.remote.reach import map_at_once
-from ddptui.remote.stacks import Stacks, take
+from ddptui.remote.stacks import take
 from ddptui.remote.standby import Standby
 from ddptui.remote.stop import Stopper, stop_all, targets
 from ddptui.run_state import (
     END_EVENT,
     STATUS_AFTER,
     NodeEvent,
-    NodeStates,
+    NodeGate,
     RunEvent,
     RunRecord,
     run_next,
@@ -86,7 +87,7 @@ class Session:
         record.controller = this_controller()  # for stale runs
         self.recorder = Recorder(self.local_dir, record)
         self._state = record.status
-        self._nodes = NodeStates([n.name for n in config.nodes], NodeStatus.RUNNING
+        self._nodes = NodeGate([n.name for n in config.nodes], NodeStatus.RUNNING
                                  if record.nodes else NodeStatus.PENDING)  # reopened: up
         self._state_lock = threading.Lock()
         self.plan: Plan | None = None
@@ -282,9 +283,8 @@ class Session:
         self._done.set()
 
     def stacks(self, rank: int | None = None, nodes: list[str] | None = None) -> Stacks:
-        """The ranks' Python stacks now (:mod:`ddptui.remote.stacks`), saved in the run dir."""
         return take(self.run_id, self.config, self.pool.all(), self.local_dir, nodes=nodes,
-                    rank=rank, mask=self.masker.text)
+                    rank=rank, mask=self.masker.text)  # saved in the run dir, secrets hidden
 
     def wait(self, timeout: float | None = None) -> RunResult | None:
         """The result once the run is over and ``run.json`` says so; ``None`` until then."""

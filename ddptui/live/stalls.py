@@ -16,7 +16,7 @@ from collections.abc import Callable
 from ddptui.config.model import HealthConfig
 from ddptui.events import Level, NodeStatus, Stall, ssh_line
 from ddptui.live.follow import Batch
-from ddptui.remote.stacks import Stacks, node_lines, read_stacks
+from ddptui.rank_stacks import Stacks, node_lines, read_stacks
 from ddptui.store.health import StallWatch
 from ddptui.store.store import Store
 

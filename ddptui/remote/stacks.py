@@ -9,67 +9,73 @@ ddptui says how to get it. Reading another process's memory needs ptrace: as roo
 same user with ``kernel.yama.ptrace_scope`` at 0 or 1 (py-spy says so when it is refused).
 
 The command and the reading of its answer are pure; :func:`collect` runs it over transports
-the caller holds (the controller's, or fresh ones for ``ddptui stacks``), and does not load
-paramiko itself, so the dashboard can import the types.
+the caller holds (the controller's, or fresh ones for ``ddptui stacks``). What it answers,
+and ddptui's words for it, are plain (:mod:`ddptui.rank_stacks`): the faces import those.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ddptui import nodeprog
 from ddptui.config import HostsConfig
-from ddptui.nodeprog import dump_stacks
+from ddptui.rank_stacks import DUMP_TIMEOUT_S, NodeStacks, RankStack, Stacks, stacks_lines
 from ddptui.remote import nodeops
 from ddptui.store import rundir
 from ddptui.transport.base import Transport
 
-#: Seconds one ``py-spy dump`` may take (it pauses the rank while it reads).
-DUMP_TIMEOUT_S = 10.0
 HOW_TO_GET = "pip install py-spy in the node's environment (the one of {python})"
-PTRACE_HINT = (" (py-spy reads the rank's memory with ptrace: run ddptui's user as root on the "
-               "node, or as the ranks' own user with kernel.yama.ptrace_scope at 0 or 1)")
 
-#: The node program (:mod:`ddptui.nodeprog.dump_stacks`).
-STACKS_SRC = nodeprog.source(dump_stacks)
-
-
-@dataclass(frozen=True)
-class RankStack:
-    node: str
-    rank: int
-    local_rank: int | None
-    pid: int
-    stack: str
-    """``py-spy dump``'s output, as it printed it."""
-    error: str = ""
-
-
-@dataclass(frozen=True)
-class NodeStacks:
-    node: str
-    ranks: list[RankStack] = field(default_factory=list)
-    problem: str = ""
-    """Why this node gave no stacks: no py-spy, not reachable, no rank process left."""
-
-
-@dataclass(frozen=True)
-class Stacks:
-    """One collection: each asked node's answer, and the file it was saved to."""
-
-    run_id: str
-    time: float
-    nodes: list[NodeStacks]
-    saved: str = ""
-
-    def for_rank(self, rank: int) -> RankStack | None:
-        return next((s for n in self.nodes for s in n.ranks if s.rank == rank), None)
+STACKS_SRC = nodeops.PROCS_SRC + r"""
+import json, shutil, subprocess, sys
+marker, want, timeout = sys.argv[1].encode(), sys.argv[2], float(sys.argv[3])
+want = {int(r) for r in want.split(",") if r}
+found = {}
+for pid, env, fields in procs():
+    if marker not in env:
+        continue
+    vals = dict(e.split(b"=", 1) for e in env if b"=" in e)
+    rank = vals.get(b"RANK", b"")
+    if rank.isdigit():
+        local = vals.get(b"LOCAL_RANK", b"")
+        found[pid] = (int(rank), int(local) if local.isdigit() else None, int(fields[1]))
+ranks = {}
+for pid, (rank, local, ppid) in sorted(found.items()):
+    # a rank's own process; a data loader's worker has the same RANK and the rank as parent
+    if found.get(ppid, (None,))[0] != rank and (not want or rank in want):
+        ranks[rank] = (pid, local)
+spy = shutil.which("py-spy")
+beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+if spy is None and os.access(beside, os.X_OK):
+    spy = beside
+out = {"py_spy": spy, "python": sys.executable, "ranks": []}
+running = []
+for rank, (pid, local) in sorted(ranks.items()):
+    p = None
+    if spy:
+        p = subprocess.Popen([spy, "dump", "--pid", str(pid)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    running.append((rank, pid, local, p))
+for rank, pid, local, p in running:
+    stack, err = "", ""
+    if p is not None:
+        try:
+            so, se = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            so, se = p.communicate()
+            se = b"py-spy did not answer within %g s" % timeout
+        stack = so.decode("utf-8", "replace")
+        if p.returncode:
+            err = se.decode("utf-8", "replace").strip() or "py-spy exited %d" % p.returncode
+    out["ranks"].append({"rank": rank, "local_rank": local, "pid": pid, "stack": stack,
+                         "error": err})
+print(json.dumps(out))
+"""
 
 
 def stacks_cmd(python: str, run_id: str, node_rank: int, ranks: set[int] | None = None,
@@ -140,75 +146,3 @@ def take(run_id: str, config: HostsConfig, transports: Mapping[str, Transport], 
                for n in collect(run_id, config, transports, nodes=nodes, rank=rank)]
     return save(run_dir, Stacks(run_id, time.time(), answers))
 
-
-def rank_lines(s: RankStack) -> list[str]:
-    """One rank's stack: a head naming rank, node and pid, then py-spy's lines."""
-    head = f"rank {s.rank} on {s.node} (pid {s.pid})"
-    if s.error:
-        hint = PTRACE_HINT if "ermission denied" in s.error or "not permitted" in s.error else ""
-        return [f"{head}: py-spy could not read it: {s.error}{hint}"]
-    if not s.stack.strip():
-        return [f"{head}: no stack taken"]
-    return [f"{head}:", *("  " + ln for ln in s.stack.rstrip().splitlines())]
-
-
-def node_lines(node: NodeStacks, rank: int | None = None) -> list[str]:
-    """A node's answer: why it has no stacks, or each rank's (``rank``'s only)."""
-    out = [node.problem] if node.problem else []
-    if not node.problem.startswith("py-spy is not"):  # then there is only the pid to show
-        for s in node.ranks:
-            if rank is None or s.rank == rank:
-                out.extend(rank_lines(s))
-    return out
-
-
-def stacks_lines(stacks: Stacks, rank: int | None = None) -> list[str]:
-    """Every rank's stack (or ``rank``'s only), with what ddptui reads in them first."""
-    out: list[str] = []
-    if rank is None and (verdict := read_stacks(stacks)):
-        out.append(verdict)
-    for node in stacks.nodes:
-        out.extend(node_lines(node, rank))
-    if rank is not None and stacks.for_rank(rank) is None and not any(
-            n.problem for n in stacks.nodes):
-        out.append(f"rank {rank} has no process of this run on any node")
-    return out
-
-
-# py-spy's frame lines: `    all_reduce (torch/distributed/distributed_c10d.py:2501)`
-_FRAME_RE = re.compile(r"^ +(\S+) \((.+?)(?::(\d+))?\)\s*$")
-#: Where a rank that waits for its peers is: inside a collective, or in a backward whose
-#: gradient hooks are one.
-_WAITING = ("torch/distributed/", "torch/nn/parallel/distributed", "torch/autograd/")
-
-
-def main_frames(stack: str) -> list[str]:
-    """The main thread's frames, innermost first (as py-spy prints them)."""
-    threads: list[tuple[str, list[str]]] = []
-    for line in stack.splitlines():
-        if line.startswith("Thread "):
-            threads.append((line, []))
-        elif threads and (m := _FRAME_RE.match(line)) is not None:
-            where = m.group(2) + (f":{m.group(3)}" if m.group(3) else "")
-            threads[-1][1].append(f"{m.group(1)} ({where})")
-    main = [frames for head, frames in threads if '"MainThread"' in head]
-    return main[0] if main else (threads[0][1] if threads else [])
-
-
-def waiting(stack: str) -> bool:
-    return any(w in frame for frame in main_frames(stack) for w in _WAITING)
-
-
-def read_stacks(stacks: Stacks) -> str:
-    """Which rank the others wait for, when the stacks say: the ranks outside any
-    collective, while the rest wait inside one."""
-    every = [s for n in stacks.nodes for s in n.ranks if s.stack.strip() and not s.error]
-    stuck = [s for s in every if not waiting(s.stack)]
-    waits = [s for s in every if waiting(s.stack)]
-    if not stuck or not waits:
-        return ""
-    who = ", ".join(f"rank {s.rank} on {s.node} (in {(main_frames(s.stack) or ['?'])[0]})"
-                    for s in stuck)
-    ranks = ", ".join(str(s.rank) for s in waits)
-    return (f"ddptui: {who} {'is' if len(stuck) == 1 else 'are'} in no collective while "
-            f"rank{'s' if len(waits) > 1 else ''} {ranks} wait in one: look there first")

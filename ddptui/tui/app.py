@@ -25,10 +25,11 @@ from ddptui.config import HostsConfig
 from ddptui.config.model import HealthConfig
 from ddptui.engine.client import EngineClient, Spare
 from ddptui.engine.process import attach_run, new_run
+from ddptui.run_port import RunHandle
 from ddptui.store.runs import RunSummary
 from ddptui.store.store import Store
 from ddptui.tui.dashboard import DashboardScreen
-from ddptui.tui.handle import Attacher, RunFactory, RunHandle, RunLister
+from ddptui.tui.handle import Attacher, RunFactory, RunLister
 from ddptui.tui.lifecycle import Lifecycle
 from ddptui.tui.overlay import Overlay, overlay_notice, read_overlay
 from ddptui.tui.screens.diagnosis import DiagnosisScreen
@@ -158,12 +159,11 @@ class DashboardApp(Lifecycle):
         self.preflight = preflight
         self.clock = clock
         self.drain_hz = drain_hz
-        self._health_overrides = {k: v for k, v in (("straggler_fraction", straggler_fraction),
-                                                    ("stall_after", stall_after)) if v is not None}
+        self._straggler_fraction, self._stall_after = straggler_fraction, stall_after
         self._runtime: Runtime | None = None
 
     @property
-    def _run_config(self) -> Any:
+    def _followed_config(self) -> HostsConfig | None:
         """The followed run's hosts file, as the engine has it, else the one to launch."""
         handle = self.controller
         return handle.config if handle is not None and handle.config is not None \
@@ -172,17 +172,19 @@ class DashboardApp(Lifecycle):
     @property
     def visible_devices(self) -> dict[str, str | None]:
         """Each node's ``CUDA_VISIBLE_DEVICES`` from its ``env:``: which GPU a rank uses."""
-        nodes = getattr(self._run_config, "nodes", ())  # tests pass a bare namespace
+        config = self._followed_config
+        nodes = config.nodes if config is not None else ()
         return {n.name: n.env.get("CUDA_VISIBLE_DEVICES") for n in nodes}
 
     @property
     def health_config(self) -> HealthConfig:
         """When the nodes table calls a rank stalled or a straggler: the followed run's hosts
         file, as the engine judges it (then the one to launch, then the defaults)."""
-        health = getattr(self._run_config, "health", None)  # tests pass a bare namespace
-        if not isinstance(health, HealthConfig):
-            health = HealthConfig()
-        return replace(health, **self._health_overrides)
+        config = self._followed_config
+        health = config.health if config is not None else HealthConfig()
+        fraction, after = self._straggler_fraction, self._stall_after
+        return replace(health, straggler_fraction=health.straggler_fraction if fraction is None
+                       else fraction, stall_after=health.stall_after if after is None else after)
 
     def get_default_screen(self) -> Screen[Any]:
         self.dashboard = DashboardScreen(self)
@@ -247,7 +249,7 @@ class DashboardApp(Lifecycle):
     def action_diagnosis(self) -> None:
         handle = self.controller
         result = handle.result if handle is not None and handle.done else None
-        if result is None or result.diagnosis is None:
+        if handle is None or result is None or result.diagnosis is None:
             self.notify("No failed run to explain: the diagnosis comes when a run fails.",
                         severity="information")
             return

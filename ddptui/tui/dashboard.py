@@ -20,12 +20,12 @@ from textual.screen import Screen
 from textual.widgets import Footer
 
 from ddptui.chart.rows import store_chart
-from ddptui.engine.wire import EngineError
+from ddptui.engine.calls import EngineError
 from ddptui.events import Failure, NodeStatus
 from ddptui.store.health import shown_health
 from ddptui.store.store import Store
 from ddptui.store.views import NodeView, RunInfo
-from ddptui.tui import telemetry_cells
+from ddptui.tui import sample_cells
 from ddptui.tui.node_rows import Row, build_rows, columns
 from ddptui.tui.notices import (
     failure_notice,
@@ -258,7 +258,7 @@ class DashboardScreen(Screen[None]):
         ranks = store.rank_views()
         # stalls as the run's watch told them: the table never judges one again
         health = shown_health(ranks, nodes, store.stall_list(), now, owner.health_config)
-        telemetry = telemetry_cells.build(store.node_samples(), nodes, ranks, now,
+        telemetry = sample_cells.build(store.node_samples(), nodes, ranks, now,
                                           owner.visible_devices)
         rows = build_rows(nodes, ranks, health, lambda r: store.series(r, "loss")[1], now,
                           telemetry)

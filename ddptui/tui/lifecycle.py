@@ -15,11 +15,12 @@ from textual.app import App
 from textual.reactive import reactive
 
 from ddptui.config import HostsConfig
-from ddptui.engine.wire import EngineError
+from ddptui.engine.calls import EngineError
 from ddptui.outcome import LaunchError
+from ddptui.run_port import RunHandle
 from ddptui.store.runs import RunSummary
 from ddptui.store.store import Store
-from ddptui.tui.handle import Attacher, RunFactory, RunHandle, RunLister
+from ddptui.tui.handle import Attacher, RunFactory, RunLister
 from ddptui.tui.notices import Notice, quit_question, stop_question, stop_report_notice
 from ddptui.tui.screens.confirm import ConfirmScreen
 from ddptui.tui.screens.quit import QuitChoice, QuitScreen

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from ddptui.config.model import HealthConfig
+from ddptui.run_port import RunHandle
 from ddptui.store.store import Store
-from ddptui.tui.handle import RunHandle
 from ddptui.tui.notices import Notice
 from ddptui.tui.state import Busy
 

@@ -23,7 +23,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
-from ddptui.engine.wire import EngineError
+from ddptui.engine.calls import EngineError
 from ddptui.events import Level, LogLine, Source
 from ddptui.nccl import NO_LINES, NcclFacts, NcclWarning, nccl_warnings, rank_detail, table_rows
 from ddptui.nccl.facts import RankFacts

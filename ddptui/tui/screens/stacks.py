@@ -8,7 +8,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from ddptui.remote.stacks import Stacks, stacks_lines
+from ddptui.rank_stacks import Stacks, stacks_lines
 from ddptui.tui.screens.dialog import DialogScreen
 
 

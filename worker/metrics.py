@@ -10,13 +10,16 @@ from __future__ import annotations
 import json
 import math
 import sys
-from typing import Any, TextIO
+from typing import TextIO, TypeAlias
 
 MARK = "@ddptui "  # the contract in DESIGN.md; ddptui.events.METRIC_MARK on the reading side
 VERSION = 1
+#: A metric's field as ``json`` writes it (:func:`clean` makes a non-finite float None).
+Field: TypeAlias = (
+    "str | int | float | bool | list[Field] | tuple[Field, ...] | dict[str, Field] | None")
 
 
-def clean(value: Any) -> Any:
+def clean(value: Field) -> Field:
     """JSON without NaN/Infinity (not JSON at all): non-finite floats become None."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -28,12 +31,13 @@ def clean(value: Any) -> Any:
 
 
 def format_metric(
-    kind: str, rank: int, attempt: int, fields: dict[str, Any], seq: int | None = None
+    kind: str, rank: int, attempt: int, fields: dict[str, Field], seq: int | None = None
 ) -> str:
-    head: dict[str, Any] = {"v": VERSION, "kind": kind, "rank": rank, "attempt": attempt}
+    head: dict[str, Field] = {"v": VERSION, "kind": kind, "rank": rank, "attempt": attempt}
     if seq is not None:
         head["seq"] = seq
-    body = {k: v for k, v in clean(fields).items() if v is not None and k not in head}
+    cleaned = {k: clean(v) for k, v in fields.items()}
+    body = {k: v for k, v in cleaned.items() if v is not None and k not in head}
     return MARK + json.dumps(head | body, separators=(", ", ": "), allow_nan=False)
 
 
@@ -67,5 +71,5 @@ class Emitter:
         for part in text.splitlines() or [""]:
             self._write(format_plain(part, self._seq()))
 
-    def metric(self, kind: str, **fields: Any) -> None:
+    def metric(self, kind: str, **fields: Field) -> None:
         self._write(format_metric(kind, self.rank, self.attempt, fields, self._seq()))

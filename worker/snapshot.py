@@ -11,7 +11,7 @@ import os
 import random
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import torch
 
@@ -45,28 +45,50 @@ def remove_all(directory: Path) -> int:
     return len(gone)
 
 
-def rng_state() -> dict[str, Any]:
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+class RngState(TypedDict):
+    """Every generator a step draws from, for a resumed run to draw what it would have."""
+
+    torch: torch.Tensor
+    python: tuple[object, ...]  # random.getstate(); lists in place of tuples once loaded
+    cuda: NotRequired[list[torch.Tensor]]
+
+
+class Snapshot(TypedDict):
+    """What a snapshot file holds; the optimizer's and scheduler's states are torch's own
+    dictionaries (``dict[str, Any]`` in torch's typing)."""
+
+    step: int
+    epoch: int
+    model: dict[str, Any]
+    optimizer: dict[str, Any]
+    scheduler: dict[str, Any]
+    rng: RngState
+    config: dict[str, int]
+    world_size: int
+
+
+def rng_state() -> RngState:
+    state: RngState = {"torch": torch.get_rng_state(), "python": random.getstate()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
+def set_rng_state(state: RngState) -> None:
     # map_location may have moved the byte tensors onto a GPU; the setters want CPU ones.
     torch.set_rng_state(state["torch"].cpu())
-    random.setstate(_as_tuple(state["python"]))
+    random.setstate(tuple(_as_tuple(v) for v in state["python"]))
     if "cuda" in state and torch.cuda.is_available():
         cuda = [s.cpu() for s in state["cuda"]]
         if len(cuda) == torch.cuda.device_count():
             torch.cuda.set_rng_state_all(cuda)
 
 
-def _as_tuple(value: Any) -> Any:
+def _as_tuple(value: object) -> object:
     return tuple(_as_tuple(v) for v in value) if isinstance(value, list | tuple) else value
 
 
-def save(directory: Path, step: int, state: dict[str, Any], keep: int = KEEP) -> Path:
+def save(directory: Path, step: int, state: Snapshot, keep: int = KEEP) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     final = path_for(directory, step)
     tmp = directory / f".{final.name}.{os.getpid()}.tmp"
@@ -81,13 +103,13 @@ def save(directory: Path, step: int, state: dict[str, Any], keep: int = KEEP) ->
     return final
 
 
-def load(path: Path, map_location: torch.device | str) -> dict[str, Any]:
-    state: dict[str, Any] = torch.load(path, map_location=map_location, weights_only=True)
+def load(path: Path, map_location: torch.device | str) -> Snapshot:
+    state: Snapshot = torch.load(path, map_location=map_location, weights_only=True)
     return state
 
 
-def load_bytes(blob: bytes, map_location: torch.device | str) -> dict[str, Any]:
+def load_bytes(blob: bytes, map_location: torch.device | str) -> Snapshot:
     """A snapshot file's bytes received from another rank, loaded as :func:`load` would."""
-    state: dict[str, Any] = torch.load(io.BytesIO(blob), map_location=map_location,
-                                       weights_only=True)
+    state: Snapshot = torch.load(io.BytesIO(blob), map_location=map_location,
+                                 weights_only=True)
     return state

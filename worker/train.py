@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -32,7 +31,7 @@ STOPPED_EXIT = 128 + 15  # what a shell reports for SIGTERM: the run did not fin
 MODEL_FLAGS = ("d_model", "n_layers", "n_heads", "seq_len")
 
 
-def autocast_for(device: torch.device) -> Callable[[], contextlib.AbstractContextManager[Any]]:
+def autocast_for(device: torch.device) -> Callable[[], contextlib.AbstractContextManager[None]]:
     if device.type == "cuda":
         return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext
@@ -41,7 +40,7 @@ def autocast_for(device: torch.device) -> Callable[[], contextlib.AbstractContex
 def train_step(
     model: nn.Module, opt: torch.optim.Optimizer, sched: torch.optim.lr_scheduler.LRScheduler,
     x: torch.Tensor, y: torch.Tensor, grad_clip: float,
-    amp: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+    amp: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One optimizer step; returns tensors (no .item()) so a GPU never waits on the host."""
     opt.zero_grad(set_to_none=True)
@@ -73,7 +72,7 @@ def load_corpus(args: argparse.Namespace, env: Env,
 
 @torch.no_grad()
 def evaluate(model: nn.Module, shards: Shards, n_batches: int, world_size: int,
-             amp: Callable[[], contextlib.AbstractContextManager[Any]]) -> float:
+             amp: Callable[[], contextlib.AbstractContextManager[None]]) -> float:
     model.eval()
     losses = []
     for windows in shards.batches(0)[:n_batches]:
@@ -131,7 +130,7 @@ class Run:
         """
         return self.sched.last_epoch == self.step
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> snapshot.Snapshot:
         return {
             "step": self.step,
             "epoch": self.step // self.train.steps_per_epoch,
@@ -257,7 +256,7 @@ class Run:
                         dt = (time.perf_counter() - window_t0) / window_n
                         emit.metric(
                             "metric", step=self.step, epoch=epoch, loss=last_loss,
-                            lr=self.sched.get_last_lr()[0], step_time_s=dt,
+                            lr=float(self.sched.get_last_lr()[0]), step_time_s=dt,
                             samples_per_s=args.batch_size / dt, tokens_per_s=tokens_per_step / dt,
                             grad_norm=None if norm is None else float(norm),
                         )

@@ -149,11 +149,12 @@ def test_a_raw_log_read_in_pieces_gives_the_same_facts(two_nodes: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
 
     d = rundir.run_dir(two_nodes, "r1")
-    whole = facts_from_raw(d, ["gpu0", "gpu1"]).to_dict()
+    facts = facts_from_raw(d, ["gpu0", "gpu1"])
+    whole = facts.to_dict()
     from ddptui.live import nccl_watch
     monkeypatch.setattr(nccl_watch, "CHUNK", 97)  # cuts nearly every line somewhere
     assert facts_from_raw(d, ["gpu0", "gpu1"]).to_dict() == whole
-    assert whole["nodes"]["gpu1"]["ranks"]["1"]["lines"] > 400
+    assert facts.nodes["gpu1"].ranks["1"].lines > 400
 
 
 # -- the controller: live facts into run.json, and back on attach ---------------------------

@@ -12,9 +12,8 @@ import re
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from ddptui.events import Level
+from ddptui.events import JSON, Level
 from ddptui.nccl.collect import NcclFacts
 from ddptui.nccl.facts import Communicator, Interface, NodeFacts, RankFacts
 
@@ -38,7 +37,7 @@ class NcclWarning:
     evidence: str
     rule: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JSON]:
         return {"severity": str(self.severity), "nodes": list(self.nodes), "text": self.text,
                 "evidence": self.evidence, "rule": self.rule}
 

@@ -9,10 +9,9 @@ known shape is counted in ``RankFacts.unknown`` and otherwise ignored, never rai
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import ddptui.nccl.grammar as g
-from ddptui.events import LogLine, Source
+from ddptui.events import JSON, LogLine, Source
 from ddptui.nccl.facts import (
     MAX_COMMS,
     MAX_WARNS,
@@ -338,7 +337,7 @@ class NcclFacts:
         elif message.startswith("NET/IB : No device") or "libibverbs" in message:
             r.note(message)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JSON]:
         """Only JSON types: for ``run.json``."""
         return {"nodes": {n: f.to_dict() for n, f in self.nodes.items()},
                 "ignored": self.ignored}

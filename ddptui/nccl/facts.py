@@ -9,8 +9,13 @@ in ``run.json`` beside the run they explain.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TypeVar
+
+from ddptui.events import JSON
+
+T = TypeVar("T")
 
 #: Beyond these, a rank's lists stop growing: a job that splits communicators in a loop or
 #: repeats one WARN per step must not turn the facts into a second log.
@@ -171,7 +176,7 @@ class RankFacts:
                     return n
         return None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JSON]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["bootstrap"] = [asdict(i) for i in self.bootstrap]
         d["sockets"] = [asdict(i) for i in self.sockets]
@@ -185,9 +190,9 @@ class RankFacts:
                 for k, v in d.items()}
 
 
-def _first(values: list[Any]) -> list[Any]:
+def _first(values: Iterable[T | None]) -> list[T]:
     """Distinct values in first-seen order: what a node "uses" across its ranks."""
-    out: list[Any] = []
+    out: list[T] = []
     for v in values:
         if v is not None and v not in out:
             out.append(v)
@@ -256,14 +261,14 @@ class NodeFacts:
         times = [t for _, c in self.comms if (t := c.init_seconds) is not None]
         return statistics.median(times) if times else None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JSON]:
         return {
             "node": self.node,
-            "nccl_versions": self.nccl_versions,
-            "cuda_runtimes": self.cuda_runtimes,
-            "cuda_drivers": self.cuda_drivers,
-            "networks": self.networks,
-            "fallback_reasons": self.fallback_reasons,
+            "nccl_versions": [*self.nccl_versions],
+            "cuda_runtimes": [*self.cuda_runtimes],
+            "cuda_drivers": [*self.cuda_drivers],
+            "networks": [*self.networks],
+            "fallback_reasons": [*self.fallback_reasons],
             "interfaces": [asdict(i) for i in self.interfaces],
             "hcas": [asdict(h) for h in self.hcas],
             "n_nodes": self.n_nodes,

@@ -266,17 +266,17 @@ def _dispatch(args: argparse.Namespace) -> int:
         from ddptui.store.runs import state_root
 
         root = state_root(args.state_dir)
-        if followed_elsewhere(root, args.run_id):  # its own controller records the end
+        if followed_elsewhere(root, args.run_id):  # its own session records the end
             print(f"ddptui: run {args.run_id} is followed by another ddptui on this machine; "
                   "stopping it on its nodes, that ddptui records the end", flush=True)
             report = stop_beside(root, args.run_id, args.grace)
         else:
             try:
-                ctl = Session.attach(args.run_id, state_root=args.state_dir, follow=False)
+                session = Session.attach(args.run_id, state_root=args.state_dir, follow=False)
             except LaunchError as e:
                 print(f"ddptui: {e}", file=sys.stderr)
                 return USAGE_EXIT
-            report = ctl.stop(args.grace)
+            report = session.stop(args.grace)
         for node, err in report.errors.items():
             print(f"ddptui: node {node} could not be reached to stop the run there, so its "
                   f"processes may still be running; run `ddptui stop {args.run_id}` again "
@@ -290,35 +290,37 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     if args.command == "attach":
         try:
-            ctl = Session.attach(args.run_id, state_root=args.state_dir)
+            session = Session.attach(args.run_id, state_root=args.state_dir)
         except LaunchError as e:
             print(f"ddptui: {e}", file=sys.stderr)
             code = e.exit_code if isinstance(e, NothingLeft) else None  # the run's own
             return USAGE_EXIT if code is None else code
-        print(f"ddptui: attached to run {ctl.run_id}", flush=True)
-        ctl.add_listener(Printer())
-        return run_headless(ctl)
+        print(f"ddptui: attached to run {session.run_id}", flush=True)
+        session.add_listener(Printer())
+        return run_headless(session)
 
+    if cfg is None:  # only `run` comes here, its hosts resolved above
+        return USAGE_EXIT
     try:
-        ctl = Session(cfg, state_root=args.state_dir, run_id=args.run_id)
+        session = Session(cfg, state_root=args.state_dir, run_id=args.run_id)
     except LaunchError as e:
         print(f"ddptui: the run was not started: {e}", file=sys.stderr)
         return USAGE_EXIT
-    ctl.preflight = not args.no_preflight
-    ctl.add_listener(Printer(metrics=not args.no_metrics))
-    print(f"ddptui: run {ctl.run_id}: {len(ctl.config.nodes)} node(s), logs in "
-          f"{ctl.local_dir}", flush=True)
+    session.preflight = not args.no_preflight
+    session.add_listener(Printer(metrics=not args.no_metrics))
+    print(f"ddptui: run {session.run_id}: {len(session.config.nodes)} node(s), logs in "
+          f"{session.local_dir}", flush=True)
     try:
-        ctl.launch()
+        session.launch()
     except LaunchError as e:
         print("ddptui: the run was not started:\n" + "\n".join(f"  {p}" for p in e.problems),
               file=sys.stderr)
         return USAGE_EXIT
     except KeyboardInterrupt:
         print("ddptui: interrupted while launching; stopping what started", file=sys.stderr)
-        ctl.stop(grace=2)
+        session.stop(grace=2)
         return 130
-    return run_headless(ctl)
+    return run_headless(session)
 
 
 def _check(args: argparse.Namespace) -> int:

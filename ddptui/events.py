@@ -1,4 +1,4 @@
-"""Events: the one vocabulary between the controller, the store and the faces.
+"""Events: the one vocabulary between the session, the store and the faces.
 
 Reader threads turn raw node-log bytes into these with :class:`ddptui.nodelog.NodeLogParser`
 (and :mod:`ddptui.ingest` a read at a time). The line formats come from torchrun itself:
@@ -131,7 +131,7 @@ class LineRun:
     """A rank's plain lines in a row, kept as the text they came in.
 
     A flood is nearly all such lines (one rank, INFO, no metric record, no NCCL line, no
-    warning or error word), and one object per line was the controller's ceiling
+    warning or error word), and one object per line was the session's ceiling
     (``bench/stream.py``): a run is one object, written to its rank's log as one string, and
     made into :class:`LogLine` objects only for the lines a ring keeps or a screen reads.
     """

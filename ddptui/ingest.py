@@ -1,4 +1,4 @@
-"""A node log's bytes, a read at a time, into events: the controller's hottest loop.
+"""A node log's bytes, a read at a time, into events: the session's hottest loop.
 
 A flood is almost nothing but rank lines (``[ddptui R L] text``), and ddptui's tee
 (:mod:`ddptui.nodeprog.torchrun_tee`) writes each rank's in blocks, so a read is a few long runs

@@ -1,6 +1,6 @@
 """How a launch, a run and a stop ended, as types every face can catch and read.
 
-They live apart from the controller, which pulls in paramiko through its transports, so the
+They live apart from the session, which pulls in paramiko through its transports, so the
 dashboard (whose process never talks to a node) catches :class:`LaunchError` by type and
 reads a :class:`RunResult` without loading any of that.
 """

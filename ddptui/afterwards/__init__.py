@@ -1,2 +1,2 @@
-"""A run after its controller: settling it when its controller died, its diagnosis in
-hindsight, a stop from beside a live controller."""
+"""A run after its session: settling it when its session died, its diagnosis in
+hindsight, a stop from beside a live session."""

@@ -4,9 +4,9 @@ made again from what the run dir kept.
 The live diagnosis is made once, at the run's end, and stored in ``run.json``. Some failed runs
 have none there: the ddptui that ran them predates the rule that names their cause (or any
 diagnosis), the rules failed on them, or ``ddptui logs --check`` recorded their end from their
-nodes, with no controller left to diagnose them. Their raw node copies are all the rules need:
+nodes, with no session left to diagnose them. Their raw node copies are all the rules need:
 they are read again as ``ddptui attach``'s replay reads them (the parser, the metric scanner,
-the bar keeper), into the controller's own bounded copy (:class:`Evidence`), followed by each
+the bar keeper), into the session's own bounded copy (:class:`Evidence`), followed by each
 node's end as ``events.jsonl`` (or, failing that, ``run.json``) recorded it.
 
 The raw copies hold no times, so every line gets the run's start (attach's replay makes the
@@ -112,7 +112,7 @@ def _scanners(meta: dict[str, Any]) -> Scanners:
 def node_events(run_dir: Path, name: str, scanners: Scanners, when: float
                 ) -> Iterator[list[Event]]:
     """A node's raw copy as its follower made it into events, a chunk at a time; a torn last
-    line (a killed controller's) is left out, as attach leaves it."""
+    line (a killed session's) is left out, as attach leaves it."""
     path = rundir.node_log(run_dir, name)
     if not path.exists():
         return
@@ -147,7 +147,7 @@ def recorded_events(run_dir: Path, meta: dict[str, Any], names: list[str], start
                 yield LogLine(str(rec["node"]), str(rec["text"]), float(rec.get("time") or start),
                               Source.SSH, Level(rec.get("level", Level.INFO)), rec.get("rank"))
         except (KeyError, TypeError, ValueError):
-            continue  # a torn last line of a killed controller
+            continue  # a torn last line of a killed session
     codes = meta.get("node_exit_codes") or {}
     for name in names:
         if name not in ended and codes.get(name) is not None:

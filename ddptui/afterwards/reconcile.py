@@ -1,17 +1,17 @@
-"""Stale runs settled: ``run.json`` says a run is live, but its controller is gone.
+"""Stale runs settled: ``run.json`` says a run is live, but its session is gone.
 
-A controller that dies (a closed terminal right after a stop, a SIGKILL, a reboot) cannot
+A session that dies (a closed terminal right after a stop, a SIGKILL, a reboot) cannot
 record the run's end, so the run would be listed as running for good. It is settled in two
 steps, so that a listing never waits on a network:
 
 1. **Locally, at every listing** (:func:`settle_locally`). The mirror's ``events.jsonl``
-   holds every node state the controller applied. When each node's end is among them, the
+   holds every node state the session applied. When each node's end is among them, the
    run's end is known and recorded in ``run.json``; otherwise the run is shown as
    ``running?`` (see :class:`ddptui.store.runs.RunSummary`).
 2. **On its nodes, on request** (:func:`check_run`: ``ddptui logs --check``). Each node is
    asked what is left of the run there: processes carrying its marker, the exit code
    ``launch.sh`` wrote, whether a stop was requested, whether an early-started torchrun
-   gave up waiting to be released (its controller died mid-launch). Nothing alive on any
+   gave up waiting to be released (its session died mid-launch). Nothing alive on any
    node: the end is recorded. Something alive: the run is ``detached`` (``ddptui attach``
    follows it, ``ddptui stop`` ends it). A node that does not answer leaves the run ``running?``.
 
@@ -89,7 +89,7 @@ def recorded_ends(run_dir: Path) -> tuple[dict[str, NodeEnd], float | None]:
                     rec = json.loads(raw)
                     status = NodeStatus(rec["status"])
                 except (ValueError, KeyError):
-                    continue  # a torn last line of a killed controller
+                    continue  # a torn last line of a killed session
                 last[str(rec["node"])] = NodeEnd(status, rec.get("exit_code"))
                 when = rec.get("time", when)
     except OSError:

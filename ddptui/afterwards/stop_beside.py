@@ -1,10 +1,10 @@
-"""``ddptui stop`` while another controller still follows the run (a dashboard elsewhere).
+"""``ddptui stop`` while another session still follows the run (a dashboard elsewhere).
 
-That controller is the only writer of the run's store and ``run.json``: a second controller
+That session is the only writer of the run's store and ``run.json``: a second session
 that replayed the same local mirror would truncate files the first one is appending to, and
-the two would record two endings. So a stop beside a live controller only asks every node to
+the two would record two endings. So a stop beside a live session only asks every node to
 stop the run (the node command leaves its ``stop_requested`` mark) and reports what is left;
-the live controller sees the ranks end and records the run as stopped, as if its own user had
+the live session sees the ranks end and records the run as stopped, as if its own user had
 pressed the key.
 """
 
@@ -23,7 +23,7 @@ from ddptui.transport.base import Transport
 
 
 def followed_elsewhere(root: Path, run_id: str) -> bool:
-    """True when ``run.json`` names a controller on this machine that is still alive."""
+    """True when ``run.json`` names a session on this machine that is still alive."""
     try:
         meta = read_run(root, run_id)
     except (OSError, ValueError):

@@ -1,1 +1,1 @@
-"""The dashboard's controller in a process of its own, and the compact wire between them."""
+"""The dashboard's session in a process of its own, and the compact wire between them."""

@@ -1,1 +1,1 @@
-"""The plain-terminal faces of the controller: the headless printer and past-run logs."""
+"""The plain-terminal faces of a run's session: the headless printer and past-run logs."""

@@ -1,6 +1,6 @@
 """The headless face: every line, prefixed with its node and global rank, on stdout.
 
-It prints from the controller's consumer thread through a listener, so it sees every line
+It prints from the session's consumer thread through a listener, so it sees every line
 in order (the store's rings are for screens, which may skip; a log printer may not). A failed
 run's summary leads with ddptui's diagnosis: torch's launcher text explains nothing to a person.
 """
@@ -145,20 +145,20 @@ def failure_report(store: Store, result: RunResult, tail: int = 15, run_id: str 
     return "\n".join(out)
 
 
-def run_headless(ctl: Session, out: TextIO = sys.stdout) -> int:
-    """Follow a launched or attached controller to its end; Ctrl-C stops the run cleanly."""
+def run_headless(session: Session, out: TextIO = sys.stdout) -> int:
+    """Follow a launched or attached session to its end; Ctrl-C stops the run cleanly."""
     try:
         result = None
         while result is None:
-            result = ctl.wait(0.5)
+            result = session.wait(0.5)
     except KeyboardInterrupt:
-        out.write(f"\nddptui: stopping run {ctl.run_id} (Ctrl-C again to kill at once)\n")
+        out.write(f"\nddptui: stopping run {session.run_id} (Ctrl-C again to kill at once)\n")
         out.flush()
         try:
-            report = ctl.stop()
+            report = session.stop()
         except KeyboardInterrupt:
-            report = ctl.stop(grace=0)
-        result = ctl.wait(30)
+            report = session.stop(grace=0)
+        result = session.wait(30)
         if not report.clean:
             for node, err in report.errors.items():
                 out.write(f"ddptui: could not stop node {node}: {err}\n")
@@ -169,15 +169,15 @@ def run_headless(ctl: Session, out: TextIO = sys.stdout) -> int:
     if result is None:
         return 1
     if result.exit_code != 0 and not result.stopped:
-        out.write(failure_report(ctl.store, result, run_id=ctl.run_id) + "\n")
-    out.write(nccl_report(ctl))
+        out.write(failure_report(session.store, result, run_id=session.run_id) + "\n")
+    out.write(nccl_report(session))
     code = result.exit_code
     if result.problem:  # ddptui's own trouble here: say it last, where a person looks
         out.write(f"ddptui: this run's record here is incomplete: {result.problem}\n")
         code = INCOMPLETE_EXIT if code == 0 else code
-    out.write(f"ddptui: run {ctl.run_id} {ctl.store.run_info().status}, exit code {code}\n")
+    out.write(f"ddptui: run {session.run_id} {session.store.run_info().status}, exit code {code}\n")
     out.flush()
-    await_reaper(ctl, out)
+    await_reaper(session, out)
     return code
 
 
@@ -185,23 +185,23 @@ def run_headless(ctl: Session, out: TextIO = sys.stdout) -> int:
 NCCL_WARNINGS_SHOWN = 5
 
 
-def nccl_report(ctl: Session) -> str:
+def nccl_report(session: Session) -> str:
     """What looked wrong in NCCL's choices (a job on TCP beside InfiniBand, a loopback
     interface, ...), failed run or not: a run that worked may still have been slow for it."""
-    warnings = nccl_warnings(ctl.nccl_facts())
+    warnings = nccl_warnings(session.nccl_facts())
     if not warnings:
         return ""
     lines = [f"ddptui: NCCL: {w.text}" for w in warnings[:NCCL_WARNINGS_SHOWN]]
     more = len(warnings) - NCCL_WARNINGS_SHOWN
     lines.append(f"ddptui: {f'{more} more NCCL warning(s); ' if more > 0 else ''}"
-                 f"`ddptui nccl {ctl.run_id}` shows what NCCL chose on each node")
+                 f"`ddptui nccl {session.run_id}` shows what NCCL chose on each node")
     return "\n".join(lines) + "\n"
 
 
-def await_reaper(ctl: Session, out: TextIO) -> None:
+def await_reaper(session: Session, out: TextIO) -> None:
     """Wait (bounded) while ddptui seeks lost nodes to stop what the run left there, so that
     a node that comes back soon holds nothing of it (see :mod:`ddptui.live.liveness`)."""
-    reaper = ctl.reaper
+    reaper = session.reaper
     if reaper is None:
         return
     names = ", ".join(reaper.pending)
@@ -210,10 +210,10 @@ def await_reaper(ctl: Session, out: TextIO) -> None:
                   "what the run left there (Ctrl-C leaves it)\n")
         out.flush()
         try:
-            reaper.join(reaper.seconds + ctl.config.job.stop_grace + 90)
+            reaper.join(reaper.seconds + session.config.job.stop_grace + 90)
         except KeyboardInterrupt:
             reaper.cancel.set()
-            out.write(f"ddptui: {names} left as they are; `ddptui stop {ctl.run_id}` stops "
+            out.write(f"ddptui: {names} left as they are; `ddptui stop {session.run_id}` stops "
                       "what runs there once they answer\n")
             return
     for node, what in reaper.report.items():

@@ -2,7 +2,7 @@
 screen.
 
 Read from the run directory's raw node logs, which hold every line whatever the store's rings
-let go, and which the controller keeps appending to while the run goes on: so the same
+let go, and which the session keeps appending to while the run goes on: so the same
 command answers for a past run and for a live one. Init times NCCL did not print itself come
 from the facts ``run.json`` kept while the run was followed.
 """

@@ -1,2 +1,2 @@
-"""Launching and following a run: the pure plan, the commands run on nodes, the controller
+"""Launching and following a run: the pure plan, the commands run on nodes, the session
 that drives every node, and one follower per node."""

@@ -1,10 +1,10 @@
 """Pure planning: a validated hosts file plus a run id becomes one launch per node.
 
-Everything the controller needs to start a node (its torchrun argv, the environment ddptui
+Everything ddptui needs to start a node (its torchrun argv, the environment ddptui
 adds, its node dir and the ``launch.sh`` that ties them together) is decided here, with
 no I/O and no clock, so that every quoting and flag decision is tested without a cluster.
-Whatever the node's home directory is, the controller asks the node and passes absolute
-workdirs in; whatever address the rendezvous lives at, the controller resolves it.
+Whatever the node's home directory is, ddptui asks the node and passes absolute
+workdirs in; whatever address the rendezvous lives at, ddptui resolves it.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class NodeLaunch:
     #: The ranks' working directory, first on PYTHONPATH: the synced tree or the in-place
     #: project; None for the bundled worker, which runs from the node dir.
     project_dir: str | None = None
-    #: Started early: torchrun imports torch, then holds until the controller releases it.
+    #: Started early: torchrun imports torch, then holds until ddptui releases it.
     held: bool = False
 
     @property
@@ -118,7 +118,7 @@ def make_plan(
     ``workdirs`` (node name -> absolute workdir), ``project_dirs`` (node name -> the project's
     root there: the synced tree, or ``job.project`` run in place) and ``script_paths`` (node
     name -> the user script there; default: inside the project, else
-    ``<node dir>/<script's file name>``) come from the controller because only it talks to
+    ``<node dir>/<script's file name>``) come from ddptui because only it talks to
     the nodes. ``store_node`` hosts the c10d store (None: none of them does); ``locks`` (node
     name -> path) are the rendezvous port's locks that its launch.sh keeps live.
     """
@@ -273,7 +273,7 @@ def launch_script(
     env: Mapping[str, str], project: str | None = None, hold_s: float | None = None,
     lock: str | None = None,
 ) -> str:
-    """The POSIX sh the controller starts detached with ``setsid sh launch.sh``.
+    """The POSIX sh ddptui starts detached with ``setsid sh launch.sh``.
 
     It records its pid (= the process group, as a session leader) for ``stop``, and writes
     the exit code through a rename so a reader never sees half of it. With a ``project``,

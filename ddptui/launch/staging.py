@@ -1,8 +1,8 @@
 """Putting one planned node in place: its node dir filled, then ``launch.sh`` started (and,
 when it was started early and holds, released).
 
-Kept apart from the controller's bookkeeping so that each step reads as what it does on the
-node; the controller runs them on every node at once and undoes them all if one fails.
+Kept apart from ddptui's bookkeeping so that each step reads as what it does on the
+node; ddptui runs them on every node at once and undoes them all if one fails.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ PGID_POLL_S = 0.01
 
 def worker_files() -> list[Path]:
     """The bundled worker's sources, found without importing it (its ``__main__`` needs torch,
-    which the controller's own interpreter may not have)."""
+    which ddptui's own interpreter may not have)."""
     spec = importlib.util.find_spec(rundir.WORKER_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise LaunchError([f"the bundled worker package {rundir.WORKER_PACKAGE} is not "

@@ -3,7 +3,7 @@
 ``run.json`` holds ``***`` for every secret env value (see :mod:`ddptui.config.secrets`), so
 a config read back from it cannot launch anything by itself. On attach, the values come back
 from the node that holds them, in its own ``launch.sh`` (mode 0700, in a 0700 node dir), over
-the node's SSH connection, and are kept in memory only: the controller masks them in the
+the node's SSH connection, and are kept in memory only: the session masks them in the
 lines that follow, and a dashboard restart of an attached run launches with them.
 """
 

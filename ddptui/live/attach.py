@@ -136,7 +136,7 @@ def replay_raw_logs(store: Store, run_dir: Path, nodes: Iterable[str],
         if not path.exists():
             continue
         whole, rest = split_complete(path.read_bytes())
-        if rest:  # a torn write from a killed controller: read those bytes again
+        if rest:  # a torn write from a killed session: read those bytes again
             with open(path, "r+b") as f:
                 f.truncate(len(whole))
         done = min(raw_done.get(name, 0), len(whole))

@@ -8,12 +8,12 @@ runs beside the log on the node's connection. Each time the follower waits, it t
 program how far it has read; the program looks at the log's size every 10 ms until it
 differs (a stat, nothing a node notices), writes one byte, and sleeps until the next wait.
 The follower waits on that byte instead of sleeping. A busy follower (a flood) never
-waits, so nothing rings: each ring is an SSH packet the controller handles in Python, and
+waits, so nothing rings: each ring is an SSH packet ddptui handles in Python, and
 a stopping follower, which polls, leaves its doorbell asleep. It only rings: the lines
 still travel by the follower's reads.
 
 It ends when its stdin reaches end of file, which is what closing its channel gives (or
-the SSH connection dropping, or the controller dying), so nothing of it outlives its
+the SSH connection dropping, or ddptui dying), so nothing of it outlives its
 follower by more than a tick. Should it fail to start, or die, the follower polls as before.
 """
 

@@ -1,4 +1,4 @@
-"""The controller's own copy of what the run's diagnosis reads, bounded per stream.
+"""The session's own copy of what the run's diagnosis reads, bounded per stream.
 
 The store's rings are sized for screens and drop a flooding rank's older lines; the
 diagnosis needs both ends of each rank's story: its first words (the NCCL banner, an early
@@ -74,7 +74,7 @@ class _Stream:
 
 
 class Evidence:
-    """Fed every batch on the controller's consumer thread; read once, when the run ends.
+    """Fed every batch on the session's consumer thread; read once, when the run ends.
 
     :meth:`add` is on the hot path (every line of every rank): a tuple key, one dict look-up
     and a deque append per line, no regex; the sorting and the rules run only at the end.

@@ -5,7 +5,7 @@ appended to it, so its size is always a valid remote offset, and ``ddptui attach
 from there with nothing lost or read twice. Partial lines wait for their newline (or the end).
 
 Liveness: a follower only reports trouble and keeps reconnecting; it records when it last
-heard from its node (``last_heard``). Declaring a node lost is the controller's watch's
+heard from its node (``last_heard``). Declaring a node lost is the session's watch's
 decision (:mod:`ddptui.live.liveness`): a read on a partitioned link blocks rather than
 fails, and a blocked thread cannot judge its own silence.
 """
@@ -39,7 +39,7 @@ from ddptui.transport.base import Transport, TransportError
 CHUNK = 4 << 20
 #: What all the followers read at once, at most: a node alone reads CHUNK, sixteen 1 MiB
 #: each. Every follower holds its read (and a copy or two) until its turn to parse comes:
-#: 16 x 4 MiB reads held so took a 16-node flood's controller to 430 MiB (bench/stream.py).
+#: 16 x 4 MiB reads held so took a 16-node flood's session to 430 MiB (bench/stream.py).
 READ_BUDGET = 16 << 20
 
 
@@ -81,14 +81,14 @@ class Finished:
 
 
 #: Events read from the nodes and not yet taken by the consumer (a LineRun counted as its
-#: lines), beyond which a follower waits before its next read: a flood the controller cannot
+#: lines), beyond which a follower waits before its next read: a flood the session cannot
 #: keep up with then waits on its node, in node.log, instead of in this process's memory.
 #: Unbounded, a 16-node flood piled up faster than one consumer could take it (16 reading
 #: threads against one).
 BACKLOG_EVENTS = 100_000
 #: Followers parsing a read at once. Parsing holds the interpreter lock, so more at once is no
 #: faster, but each one holds a read's worth of lines twice over (text, then events): with 16
-#: nodes in a flood, all parsing 4 MiB reads together took the controller from 375 to 1,075
+#: nodes in a flood, all parsing 4 MiB reads together took the session from 375 to 1,075
 #: MiB (bench/stream.py).
 PARSERS = 2
 

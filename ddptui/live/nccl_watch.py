@@ -1,4 +1,4 @@
-"""The run's NCCL facts (:mod:`ddptui.nccl`): kept up as the controller's lines arrive, saved
+"""The run's NCCL facts (:mod:`ddptui.nccl`): kept up as the session's lines arrive, saved
 in ``run.json``, and read back from a run directory's raw node logs.
 
 Live, the facts see only the lines the event parser already classed as NCCL, handed over a
@@ -33,7 +33,7 @@ _NCCL_LINE = re.compile(rb"^.*NCCL.*$", re.M)
 
 
 class NcclWatch:
-    """The facts of one run, fed on the controller's consumer thread and read from others
+    """The facts of one run, fed on the session's consumer thread and read from others
     (the engine's reply to the dashboard), hence the lock; it is taken once per batch."""
 
     def __init__(self) -> None:

@@ -1,4 +1,4 @@
-"""The controller's look at its ranks while the run is up: stalls told as they happen.
+"""The session's look at its ranks while the run is up: stalls told as they happen.
 
 Called from the consumer thread, which wakes at least every 0.1 s; it looks at most once a
 second (:data:`EVERY_S`), which costs a copy of the rank views. A rank that stalls or goes on
@@ -30,9 +30,9 @@ class HealthWatch:
     """Args:
         config: The hosts file's thresholds.
         store: The run's store, read for the ranks and written with the stalls found.
-        listeners: The controller's (the headless printer): they see the stalls in order.
+        listeners: The session's (the headless printer): they see the stalls in order.
         take_stacks: See :data:`TakeStacks`.
-        publish: Sends ddptui's lines about a node through the controller's queue.
+        publish: Sends ddptui's lines about a node through the session's queue.
         run_id: For what ddptui tells a person to type.
     """
 

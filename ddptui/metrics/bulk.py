@@ -2,7 +2,7 @@
 
 The scanner's per-line way (a regular expression, a reading, a :class:`Metric`, then a series
 point and a JSON record each) costs about 8 µs a line; a flood of nanoGPT ``iter`` lines spent
-97 % of the controller's rate on it. Here a whole :class:`LineRun` is judged in a few passes in
+97 % of the session's rate on it. Here a whole :class:`LineRun` is judged in a few passes in
 C: its digits all made ``0`` (one ``bytes.translate``), its lines are a handful of distinct
 *shapes* (``iter 000: loss 0.0000, time 00.00ms``), and each shape is read once by the
 recognizer, its verdict kept.

@@ -67,7 +67,7 @@ def run_record(run: MetricRun) -> str:
 
 def points(lines: Iterable[str]) -> Iterator[Point]:
     """Every numeric value of every record, in the order recorded; a torn or foreign line
-    (a killed controller's last) is passed over."""
+    (a killed session's last) is passed over."""
     for line in lines:
         try:
             rec = json.loads(line)

@@ -8,7 +8,7 @@ cut out and tried. A bar state (a carriage-return line, split or not) is read li
 
 A run whose every line the rank's recognizer reads (a flood of nanoGPT ``iter`` lines) is proven
 in a few passes in C and said as one :class:`MetricRun` (:mod:`ddptui.metrics.bulk`), whose points
-are made only when read: the per-line way cost 97 % of the controller's rate on such a flood.
+are made only when read: the per-line way cost 97 % of the session's rate on such a flood.
 A rank's first metric line is always read line by line, which settles its recognizer.
 
 Stateful per node: a rank's count of matched lines (the step of lines that name none), the last

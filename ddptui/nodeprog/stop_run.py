@@ -3,7 +3,7 @@
 Its arguments: the run's marker (``DDPTUI_RUN=<run>/<node rank>``), the grace in seconds
 (``-``: on standby, see :mod:`ddptui.remote.standby`: the grace comes on stdin, and with it
 the go), the run's process group (0: none known) and the file it touches so that a
-controller following from elsewhere reports "stopped", not "failed". It prints one JSON
+ddptui following from elsewhere reports "stopped", not "failed". It prints one JSON
 line: the processes it found, the ranks it had to kill, and any left over.
 """
 
@@ -83,7 +83,7 @@ def main(argv: list[str]) -> None:
     marker, grace, pgid = argv[0].encode(), argv[1], int(argv[2])
     if grace == "-":  # on standby: the grace comes on stdin, and with it the go
         grace = sys.stdin.readline().strip()
-        if not grace:  # end of file: its controller is done with it, nothing to stop
+        if not grace:  # end of file: ddptui is done with it, nothing to stop
             sys.exit(0)
         print("stopping", flush=True)  # heard: the result follows within the grace
     with contextlib.suppress(OSError):

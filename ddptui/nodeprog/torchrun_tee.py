@@ -21,10 +21,10 @@ unchanged. Runs on the node, under whatever Python the node has: stdlib only (to
 imported once the tee is in place), nothing of ddptui.
 
 Started early (``DDPTUI_HOLD`` names a file), it imports torch and then holds until the
-controller renames that file to :data:`GO`: torch's import (1-2 s of CPU, far more from a
-cold network filesystem) then overlaps the controller's probe, preflight and code sync
+ddptui renames that file to :data:`GO`: torch's import (1-2 s of CPU, far more from a
+cold network filesystem) then overlaps ddptui's probe, preflight and code sync
 instead of following them. It gives up after ``DDPTUI_HOLD_S`` seconds by renaming the file
-to :data:`EXPIRED` (so the controller, whose rename then fails, knows to start it again), and
+to :data:`EXPIRED` (so ddptui, whose rename then fails, knows to start it again), and
 at once if the file is gone (the launch was undone). A project is entered only once released:
 the synced tree may not exist before then.
 """
@@ -56,12 +56,12 @@ SHAPE = ("header", "file", "dst", "finished", "interval_sec", "log_line_filter")
 EXIT_NO_PROJECT = 98
 #: The exit code of a hold that ended without a release: no torchrun was started.
 EXIT_NOT_RELEASED = 96
-#: Where the hold file is renamed: by the controller to release it, by the hold to give up.
+#: Where the hold file is renamed: by ddptui to release it, by the hold to give up.
 GO = "go"
 EXPIRED = "expired"
 #: Seconds between two looks at the hold file.
 HOLD_POLL_S = 0.01
-#: How long a hold waits for its release: a dead controller's leaves no process for long,
+#: How long a hold waits for its release: a dead ddptui's leaves no process for long,
 #: and a slower launch (a big first sync) costs one more start (``sequence.release_all``).
 HOLD_S = 300.0
 
@@ -205,7 +205,7 @@ def install_exits() -> bool:
 
 
 def hold(path: str, seconds: float) -> bool:
-    """Wait for the controller's release: True once ``path`` was renamed to :data:`GO`,
+    """Wait for ddptui's release: True once ``path`` was renamed to :data:`GO`,
     False when it vanished or the wait ran out (then it is renamed to :data:`EXPIRED`)."""
     folder = os.path.dirname(path)
     go, expired = os.path.join(folder, GO), os.path.join(folder, EXPIRED)
@@ -218,7 +218,7 @@ def hold(path: str, seconds: float) -> bool:
         if time.monotonic() > deadline:
             try:
                 os.rename(path, expired)
-            except OSError:  # the controller renamed it first: released after all
+            except OSError:  # ddptui renamed it first: released after all
                 return os.path.exists(go)
             return False
         time.sleep(HOLD_POLL_S)

@@ -9,7 +9,7 @@ ddptui says how to get it. Reading another process's memory needs ptrace: as roo
 same user with ``kernel.yama.ptrace_scope`` at 0 or 1 (py-spy says so when it is refused).
 
 The command and the reading of its answer are pure; :func:`collect` runs it over transports
-the caller holds (the controller's, or fresh ones for ``ddptui stacks``). What it answers,
+the caller holds (the session's, or fresh ones for ``ddptui stacks``). What it answers,
 and ddptui's words for it, are plain (:mod:`ddptui.rank_stacks`): the faces import those.
 """
 

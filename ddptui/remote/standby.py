@@ -9,8 +9,8 @@ every node once its followers are running, and waits on its stdin; a stop is the
 would from a fresh program.
 
 A standby that cannot start, or whose connection was replaced (a reconnect), or that ends
-without its result is not a failed stop: the controller stops that node the usual way.
-Closing the channel (the run's end, a detach, the controller dying) gives the program end
+without its result is not a failed stop: ddptui stops that node the usual way.
+Closing the channel (the run's end, a detach, ddptui dying) gives the program end
 of file, on which it exits without touching anything.
 """
 

@@ -74,7 +74,7 @@ class RunSummary:
     nodes: list[str]
     world_size: int | None
     exit_code: int | None = None
-    stale: bool = False  # run.json says live, but its controller is gone (or unknown)
+    stale: bool = False  # run.json says live, but its session is gone (or unknown)
     alive_at_check: bool = False  # the last `ddptui logs --check` found processes running
     node_files_removed: bool = False  # `ddptui clean` removed (or found gone) its node dirs
     slurm_job: str | None = None  # the Slurm allocation its nodes came from

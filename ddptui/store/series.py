@@ -3,7 +3,7 @@
 A :class:`~ddptui.events.MetricRun` (a flood's run of metric lines, see
 :mod:`ddptui.metrics.bulk`) is kept whole, not made into points, until a series of its rank is
 read: a flood of nanoGPT lines is then a list append per run, where a point per value per line
-was most of the controller's time. A single :class:`~ddptui.events.Metric` of a rank with runs
+was most of the session's time. A single :class:`~ddptui.events.Metric` of a rank with runs
 waiting waits behind them (a read's edge cuts a run, and its lines come one by one), so a
 series is the same sequence of points either way (``tests/test_metric_runs.py``).
 

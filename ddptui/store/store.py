@@ -1,11 +1,11 @@
 """The store: what a face reads, bounded in memory, mirrored to the local run directory.
 
-One writer (the controller's consumer thread) calls :meth:`Store.apply` with batches; any
+One writer (the session's consumer thread) calls :meth:`Store.apply` with batches; any
 number of readers (the headless printer, the engine process's sender) read under a short lock.
 A store in another process (the dashboard's) is a replica: built from :meth:`Store.subscribe`'s
 snapshot, then kept up to date with every later change, in order (see ``ddptui.engine.wire``).
-The store that the controller owns also writes every batch to its disk mirror, exactly once
-across a killed controller (see :mod:`ddptui.store.mirror`).
+The store that the session owns also writes every batch to its disk mirror, exactly once
+across a killed session (see :mod:`ddptui.store.mirror`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Samples reach the store as events, through the same batches, engine wire and replica as
 lines and metrics do. They are not part of the exactly-once mirror: nothing on a node keeps
 them for a later replay, so ``telemetry.jsonl`` is appended as they come, and a sample of a
-killed controller's last second may be missing from it, never doubled.
+killed session's last second may be missing from it, never doubled.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class NodeTelemetry:
 
 def read_telemetry(run_dir: Path, node: str | None = None) -> Iterator[NodeSample]:
     """The samples of a past or running run, in the order they were written; a torn last
-    line (a killed controller) is skipped."""
+    line (a killed session) is skipped."""
     path = run_dir / rundir.TELEMETRY
     if not path.exists():
         return

@@ -41,7 +41,7 @@ class RankView:
 
 @dataclass
 class RunInfo:
-    """The run as a whole, for the header: set by the controller, not derived from lines."""
+    """The run as a whole, for the header: set by the session, not derived from lines."""
 
     run_id: str = ""
     status: RunStatus = RunStatus.IDLE

@@ -124,7 +124,7 @@ class SamplerParser:
         self._prev: _Block | None = None
 
     def feed(self, line: str, now: float) -> list[NodeSample]:
-        """``now`` is the controller's clock, used only until the sampler said its own. A
+        """``now`` is the session's clock, used only until the sampler said its own. A
         line that is not what its tag promises (a torn read) is left out."""
         try:
             return self._feed(line, now)

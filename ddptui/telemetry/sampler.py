@@ -16,7 +16,7 @@ Its output goes through one writer loop into two segment files that it alternate
 every ``SEGMENT_LINES`` lines, so a run of weeks never fills the node's disk.
 
 It stops by itself when the run's process group is gone, or when ddptui has not touched its
-heartbeat file for ``beat_timeout`` seconds (a closed laptop, a killed controller): nothing
+heartbeat file for ``beat_timeout`` seconds (a closed laptop, a killed ddptui): nothing
 is left behind on a node that ddptui can no longer reach.
 """
 
@@ -47,7 +47,7 @@ SEGMENT_LINES = 20_000
 APPS_EVERY = 5
 #: Seconds without a heartbeat after which the sampler exits by itself.
 BEAT_TIMEOUT_S = 60
-#: How often the controller touches the heartbeat file.
+#: How often ddptui touches the heartbeat file.
 BEAT_EVERY_S = 5.0
 
 #: The sampler, with a placeholder for each name it writes (``ddptui/nodeprog/sampler.sh``).
@@ -74,7 +74,7 @@ def start_cmd(node_dir: str, files: SamplerFiles, pgid: int | None, run_id: str,
               path: str | None = None, beat_timeout: int = BEAT_TIMEOUT_S,
               segment_lines: int = SEGMENT_LINES) -> str:
     """Start the sampler detached, as ``launch.sh`` is (own session, no terminal, no stdin),
-    after ending one a previous controller left; ``path`` is the hosts file's PATH for the
+    after ending one a previous ddptui left; ``path`` is the hosts file's PATH for the
     node, so that nvidia-smi is found where the job's own commands are.
 
     It answers "started" only once the new sampler has written its pid file: a stop that

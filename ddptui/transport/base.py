@@ -1,4 +1,4 @@
-"""The contract every transport keeps, so the controller never knows SSH from local.
+"""The contract every transport keeps, so the session never knows SSH from local.
 
 Commands are shell strings: the caller quotes every value with ``shlex.quote`` (the plan
 does), and the transport runs them with ``sh -c`` on the node. Paths are absolute on the

@@ -1,6 +1,6 @@
 """Local transport (``transport: local``): this machine, through subprocess and the filesystem.
 
-Same contract as SSH so the controller never branches on it: commands run under ``sh -c``,
+Same contract as SSH so ddptui never branches on it: commands run under ``sh -c``,
 files are written atomically (temp name + ``os.replace``). Each command gets its own session
 so that a timeout can kill everything it started, not only the shell, without touching jobs
 that were deliberately detached (they make their own session).
@@ -30,7 +30,7 @@ class LocalTransport:
         self.address = "127.0.0.1"
 
     def connect(self, timeout: float | None = None) -> None:
-        """Nothing to open; kept so the controller treats every node alike."""
+        """Nothing to open; kept so ddptui treats every node alike."""
 
     def run(self, command: str, timeout: float) -> CommandResult:
         try:

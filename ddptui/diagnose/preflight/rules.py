@@ -1,7 +1,7 @@
 """Preflight's rules: every node's report -> one mark per node and check, and for each
 failure one line in ddptui's words saying what is wrong, where, and what to do.
 
-Pure: the reports carry everything the nodes said (and the controller measured), the hosts
+Pure: the reports carry everything the nodes said (and the session measured), the hosts
 file says what was asked for; the same reports give the same verdict, whether live or
 recorded. A check that could not be made on a node is marked ``-`` with the reason, never
 guessed at, so that one broken node does not produce a column of consequences.

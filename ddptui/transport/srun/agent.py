@@ -5,7 +5,7 @@ a tenth of a second to place one; a launch runs a dozen commands per node).
 :data:`SOURCE` (:mod:`ddptui.nodeprog.srun_agent`) is run on the node as ``python3 -u -c
 SOURCE`` inside the step, so every process it starts belongs to the job (its accounting, its
 ``scancel``). It speaks :mod:`ddptui.transport.srun.frames` on stdin and stdout, and ends,
-taking its commands with it, when its stdin closes: the controller closed the connection or
+taking its commands with it, when its stdin closes: ddptui closed the connection or
 died.
 """
 

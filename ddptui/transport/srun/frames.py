@@ -1,4 +1,4 @@
-"""The messages between the controller and a node's agent (:mod:`.agent`): a 9-byte header
+"""The messages between ddptui and a node's agent (:mod:`.agent`): a 9-byte header
 (channel, kind, length) and the bytes. One definition for both ends' numbers."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import struct
 
 HEADER = struct.Struct("!IBI")
 
-# controller -> agent
+# ddptui -> agent
 START, STDIN, EOF, KILL = 1, 2, 3, 4
-# agent -> controller
+# agent -> ddptui
 READY, STDOUT, STDERR, EXIT, FAILED = 10, 11, 12, 13, 14
 
 

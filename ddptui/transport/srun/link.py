@@ -1,4 +1,4 @@
-"""The controller's half of a node's agent step: one ``srun`` process whose pipes carry
+"""ddptui's half of a node's agent step: one ``srun`` process whose pipes carry
 every command's bytes, one reader thread handing each channel its own."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-#: The agent step that carries a connection's commands (one per node and controller).
+#: The agent step that carries a connection's commands (one per node and ddptui process).
 AGENT_STEP = "ddptui-agent"
 
 

@@ -39,7 +39,7 @@ _ABSENT = 66
 
 
 class SrunTransport:
-    """A node of allocation ``job``; one controller thread plus occasional other callers."""
+    """A node of allocation ``job``; one session thread plus occasional other callers."""
 
     def __init__(self, node: NodeConfig, job: str) -> None:
         self.node = node.name

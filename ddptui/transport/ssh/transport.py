@@ -40,7 +40,7 @@ SFTP_TIMEOUT_S = 60.0
 
 
 class SSHTransport:
-    """A node reached over SSH. One controller thread plus occasional other callers may share it."""
+    """A node reached over SSH. One session thread plus occasional other callers may share it."""
 
     def __init__(self, node: NodeConfig, options: SSHOptions | None = None) -> None:
         self.node = node.name

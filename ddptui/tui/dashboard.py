@@ -214,16 +214,23 @@ class DashboardScreen(Screen[None]):
                     overlay: Overlay | None = None) -> None:
         """Off the loop, and where the series are: building a chart of 16 ranks is 10-40 ms
         of Python, which in this process would be taken from the keys. The run's handle
-        builds it (an engine has the series too); if it is gone or slow to answer, it is
-        built here. With a past run to compare, it is built here too: the engine's call
-        takes no past series (the overlay's are cut to a few thousand points a rank)."""
+        builds it, once, where the run is; a slow answer leaves the last drawing and is
+        asked for again at the next turn (a gone engine sends no new points either), never
+        built a second way here. Only without a handle (a store shown alone) or with a past
+        run to compare is it built here, by the same builder: the engine's call takes no past
+        series yet (the overlay's are cut to a few thousand points a rank)."""
         handle = self.owner.controller
-        built = None
         past = overlay.past(metric) if overlay is not None else []
         if handle is not None and overlay is None:
-            with contextlib.suppress(EngineError, TimeoutError):
+            try:
                 built = handle.chart(metric, log_y, width, height)
-        if built is None:
+            except TimeoutError:
+                with contextlib.suppress(RuntimeError):  # the app closed meanwhile
+                    self.app.call_from_thread(self._chart_late)
+                return
+            except EngineError:
+                return
+        else:
             built = store_chart(store, metric, log_y, width, height, past)
         rows, plotted = built
         if overlay is not None:
@@ -231,6 +238,9 @@ class DashboardScreen(Screen[None]):
         if store is self.owner.store:
             with contextlib.suppress(RuntimeError):  # the app closed meanwhile
                 self.app.call_from_thread(self.chart.show, strips(rows), plotted)
+
+    def _chart_late(self) -> None:
+        self.chart.dirty = True
 
     def redraw_chart(self) -> None:
         """At the next tick, whenever the last drawing was."""

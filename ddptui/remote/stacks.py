@@ -22,7 +22,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ddptui import nodeprog
 from ddptui.config import HostsConfig
+from ddptui.nodeprog import dump_stacks
 from ddptui.rank_stacks import DUMP_TIMEOUT_S, NodeStacks, RankStack, Stacks, stacks_lines
 from ddptui.remote import nodeops
 from ddptui.store import rundir
@@ -30,52 +32,8 @@ from ddptui.transport.base import Transport
 
 HOW_TO_GET = "pip install py-spy in the node's environment (the one of {python})"
 
-STACKS_SRC = nodeops.PROCS_SRC + r"""
-import json, shutil, subprocess, sys
-marker, want, timeout = sys.argv[1].encode(), sys.argv[2], float(sys.argv[3])
-want = {int(r) for r in want.split(",") if r}
-found = {}
-for pid, env, fields in procs():
-    if marker not in env:
-        continue
-    vals = dict(e.split(b"=", 1) for e in env if b"=" in e)
-    rank = vals.get(b"RANK", b"")
-    if rank.isdigit():
-        local = vals.get(b"LOCAL_RANK", b"")
-        found[pid] = (int(rank), int(local) if local.isdigit() else None, int(fields[1]))
-ranks = {}
-for pid, (rank, local, ppid) in sorted(found.items()):
-    # a rank's own process; a data loader's worker has the same RANK and the rank as parent
-    if found.get(ppid, (None,))[0] != rank and (not want or rank in want):
-        ranks[rank] = (pid, local)
-spy = shutil.which("py-spy")
-beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
-if spy is None and os.access(beside, os.X_OK):
-    spy = beside
-out = {"py_spy": spy, "python": sys.executable, "ranks": []}
-running = []
-for rank, (pid, local) in sorted(ranks.items()):
-    p = None
-    if spy:
-        p = subprocess.Popen([spy, "dump", "--pid", str(pid)], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE)
-    running.append((rank, pid, local, p))
-for rank, pid, local, p in running:
-    stack, err = "", ""
-    if p is not None:
-        try:
-            so, se = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            so, se = p.communicate()
-            se = b"py-spy did not answer within %g s" % timeout
-        stack = so.decode("utf-8", "replace")
-        if p.returncode:
-            err = se.decode("utf-8", "replace").strip() or "py-spy exited %d" % p.returncode
-    out["ranks"].append({"rank": rank, "local_rank": local, "pid": pid, "stack": stack,
-                         "error": err})
-print(json.dumps(out))
-"""
+#: The node program (:mod:`ddptui.nodeprog.dump_stacks`).
+STACKS_SRC = nodeprog.source(dump_stacks)
 
 
 def stacks_cmd(python: str, run_id: str, node_rank: int, ranks: set[int] | None = None,

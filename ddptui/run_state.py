@@ -210,7 +210,7 @@ class RunRecord:
 _FIELDS = frozenset(f.name for f in fields(RunRecord))
 
 
-class NodeStates:
+class NodeGate:
     """Each node's state, moved only by :data:`NODE_TABLE`: the gate every node report passes
     before the store, the faces or the diagnosis see it. Not thread-safe: its owner locks."""
 

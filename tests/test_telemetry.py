@@ -12,8 +12,8 @@ import pytest
 
 from ddptui.engine.wire import decode, encode
 from ddptui.store import rundir
+from ddptui.store.samples import read_telemetry
 from ddptui.store.store import Store
-from ddptui.store.telemetry import read_telemetry
 from ddptui.telemetry import alerts
 from ddptui.telemetry.alerts import RankSeat
 from ddptui.telemetry.parse import (

@@ -21,7 +21,7 @@ from ddptui.engine.client import EngineClient, EngineProcess
 from ddptui.engine.process import new_run
 from ddptui.live.session import Session
 from ddptui.store import rundir
-from ddptui.store.telemetry import read_telemetry
+from ddptui.store.samples import read_telemetry
 
 pytestmark = [pytest.mark.cluster, pytest.mark.torchrun, pytest.mark.timeout(240)]
 STANDIN = Path(__file__).parent / "data" / "telemetry"

@@ -12,7 +12,7 @@ from test_tui_app import launched, make_app, settle, sync, table_text
 from ddptui.events import NodeStatus
 from ddptui.store.views import NodeView, RankView
 from ddptui.telemetry.sample import GpuApp, GpuSample, NodeSample
-from ddptui.tui import node_rows, telemetry_cells
+from ddptui.tui import node_rows, sample_cells
 from ddptui.tui.node_rows import build_rows, columns
 from ddptui.tui.screens.node_detail import NodeDetailScreen, detail
 
@@ -43,19 +43,19 @@ def views() -> tuple[list[NodeView], list[RankView]]:
 
 def test_cells_worst_gpu_and_mean_with_sparklines_and_alerts() -> None:
     nodes, ranks = views()
-    assert telemetry_cells.build({}, nodes, ranks, NOW) is None
+    assert sample_cells.build({}, nodes, ranks, NOW) is None
     quiet = [NodeSample("b", NOW, cpu=1.0, net={"eth0": (10.0, 0.0)})]
-    cells = telemetry_cells.build({"a": history("a"), "b": quiet}, nodes, ranks, NOW)
+    cells = sample_cells.build({"a": history("a"), "b": quiet}, nodes, ranks, NOW)
     assert cells is not None
     gpu, mem, net = cells.node("a")
-    assert gpu.startswith("0/40% ") and len(gpu.split()[1]) == telemetry_cells.SPARK_WIDTH
+    assert gpu.startswith("0/40% ") and len(gpu.split()[1]) == sample_cells.SPARK_WIDTH
     assert mem.startswith("98/50% ")  # the fullest GPU, then the mean
     assert net.startswith("39.5kB/s ")  # 39000 in + 500 out; loopback left out
     assert cells.node("b") == ("-", "-", "10B/s")
     assert cells.rank(0) == ("0%", "1%", "") and cells.rank(1) == ("79%", "98%", "")
     assert cells.rank_alerts == {0: "gpu0 0% 30s"}
     assert cells.node_alerts == {"a": "gpu1 mem 98%; gpu1: pid 77 not ours"}
-    old = telemetry_cells.build({"a": history("a")}, nodes, ranks, NOW + 60)
+    old = sample_cells.build({"a": history("a")}, nodes, ranks, NOW + 60)
     assert old is not None and old.node("a") == ("-", "-", "stale") and not old.node_alerts
 
 
@@ -63,11 +63,11 @@ def test_a_rank_is_read_on_the_gpu_its_nodes_cuda_visible_devices_gives_it() -> 
     """Node a hides gpu0 (``CUDA_VISIBLE_DEVICES=1,0``): local rank 0 runs on gpu1 (busy), so
     no idle alert, and local rank 1 on the idle gpu0, so that one is alerted."""
     nodes, ranks = views()
-    cells = telemetry_cells.build({"a": history("a")}, nodes, ranks, NOW, {"a": "1,0"})
+    cells = sample_cells.build({"a": history("a")}, nodes, ranks, NOW, {"a": "1,0"})
     assert cells is not None
     assert cells.rank(0) == ("79%", "98%", "") and cells.rank(1) == ("0%", "1%", "")
     assert cells.rank_alerts == {1: "gpu0 0% 30s"}
-    uuids = telemetry_cells.build({"a": history("a")}, nodes, ranks, NOW, {"a": "GPU-9f3c"})
+    uuids = sample_cells.build({"a": history("a")}, nodes, ranks, NOW, {"a": "GPU-9f3c"})
     assert uuids is not None and uuids.rank(0) == ("", "", "") and not uuids.rank_alerts
 
 
@@ -76,7 +76,7 @@ def test_rows_carry_the_cells_and_alerts_only_once_telemetry_exists() -> None:
     plain = build_rows(nodes, ranks, {}, lambda r: [], NOW)
     assert columns(None) == node_rows.COLUMNS and all(len(r.cells) == len(node_rows.COLUMNS)
                                                      for r in plain)
-    cells = telemetry_cells.build({"a": history("a")}, nodes, ranks, NOW)
+    cells = sample_cells.build({"a": history("a")}, nodes, ranks, NOW)
     rows = {r.key: r for r in build_rows(nodes, ranks, {}, lambda r: [], NOW, cells)}
     assert columns(cells)[-3:] == ("GPU", "GMem", "Net")
     assert all(len(r.cells) == len(columns(cells)) for r in rows.values())

@@ -148,7 +148,7 @@ def _run_file(root: Path | None, run_id: str, name: str, what: str, why: str) ->
 def show_telemetry(root: Path | None, run_id: str, *, node: str | None = None,
                    out: TextIO = sys.stdout) -> int:
     """``ddptui logs RUN_ID --telemetry``: every sample of the run's ``telemetry.jsonl``."""
-    from ddptui.store.telemetry import read_telemetry
+    from ddptui.store.samples import read_telemetry
     from ddptui.telemetry.text import sample_line
 
     d = _run_file(root, run_id, rundir.TELEMETRY, "telemetry", "")

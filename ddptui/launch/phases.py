@@ -45,12 +45,12 @@ def launch(ctx: LaunchContext, *, checks_first: bool, planned: Callable[[Plan], 
         raise Abort(e.problems, cleanup=False) from None
     walked = project.prepare(ctx)  # a project that cannot ship is refused before any node
     homes = reach(ctx)
-    store = reserve.reserve_port(ctx, homes)
+    rdzv_store = reserve.reserve_port(ctx, homes)
     hold = None if ctx.config.job.setup else ctx.hold_s
-    plan = planned(make_node_plans(ctx, homes, walked, hold, store))
+    plan = planned(make_node_plans(ctx, homes, walked, hold, rdzv_store))
     early = hold is not None and start_early(ctx, plan)
     if hold is not None and not early:
-        plan = planned(make_node_plans(ctx, homes, walked, store=store))
+        plan = planned(make_node_plans(ctx, homes, walked, rdzv_store=rdzv_store))
     envs = rank_env.for_plan(ctx.config, plan)
     probes, bare = probe_all(ctx, envs)
     if checks_first:
@@ -148,7 +148,8 @@ def preflight(ctx: LaunchContext, probes: dict[str, nodeops.Probe],
 
 
 def make_node_plans(ctx: LaunchContext, homes: dict[str, str], walked: Walked | None = None,
-                    hold_s: float | None = None, store: reserve.Store | None = None) -> Plan:
+                    hold_s: float | None = None, rdzv_store: reserve.RendezvousStore | None = None
+                    ) -> Plan:
     """The pure plan, from what the nodes said; recorded in ``run.json`` before any file is
     written, so that a launch cut short can still be found and cleaned up."""
     cfg = ctx.config
@@ -157,8 +158,8 @@ def make_node_plans(ctx: LaunchContext, homes: dict[str, str], walked: Walked | 
     workdirs = {n.name: expand_home(n.workdir, homes[n.name]) for n in cfg.nodes}
     plan = make_plan(cfg, ctx.run_id, workdirs=workdirs, rdzv_host=rdzv_host,
                      project_dirs=project.project_dirs(cfg.job, workdirs, homes, walked),
-                     hold_s=hold_s, store_node=store.host_node if store else None,
-                     locks={store.lock_node: store.lock} if store else None)
+                     hold_s=hold_s, store_node=rdzv_store.host_node if rdzv_store else None,
+                     locks={rdzv_store.lock_node: rdzv_store.lock} if rdzv_store else None)
     ctx.record.update(world_size=plan.world_size)
     ctx.record.set_nodes([NodeRecord(n.node.name, n.node_rank, n.node_dir) for n in plan.nodes])
     return plan

@@ -108,7 +108,7 @@ def refusal(node: str, host: str, fixed: bool, got: Reserved) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Store:
+class RendezvousStore:
     """Where the rendezvous store lives: the node told it hosts it (c10d's ``is_host``;
     None for static), and the node and path of the port's lock."""
 
@@ -117,7 +117,7 @@ class Store:
     lock: str
 
 
-def reserve_port(ctx: LaunchContext, homes: Mapping[str, str]) -> Store | None:
+def reserve_port(ctx: LaunchContext, homes: Mapping[str, str]) -> RendezvousStore | None:
     """The rendezvous port, reserved on the store's node before anything starts
     (:mod:`ddptui.launch.reserve`); the config takes the port reserved. None: the store is
     on no node of the run (an outside endpoint), whose port is not ddptui's to keep."""
@@ -149,4 +149,5 @@ def reserve_port(ctx: LaunchContext, homes: Mapping[str, str]) -> Store | None:
         ctx.publish(node.name, [ssh_line(node.name, f"rendezvous port {ports[0]} is held by "
                                          f"{holders(got)}; this run uses {got.port}",
                                          time.time())])
-    return Store(node.name if cfg.rendezvous.backend == "c10d" else None, node.name, got.lock)
+    return RendezvousStore(node.name if cfg.rendezvous.backend == "c10d" else None, node.name,
+                           got.lock)

@@ -36,7 +36,7 @@ from ddptui.store.store import Store
 RANK_HEAD, RANK_TAIL = 32, 128
 #: Per node stream: the agent's failure blocks list every local rank, so it keeps more.
 NODE_HEAD, NODE_TAIL = 64, 256
-#: NodeStates and Failures: a few per node and attempt in any real run; the cap only guards
+#: Node states and failures: a few per node and attempt in any real run; the cap only guards
 #: against a node that flaps for days.
 STATE_HEAD, STATE_TAIL = 1_000, 4_000
 

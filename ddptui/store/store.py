@@ -20,8 +20,8 @@ from ddptui.events import Event, Failure, LineRun, LogLine, Metric, MetricRun, N
 from ddptui.store import rundir
 from ddptui.store.mirror import Mirror, recover_to_checkpoint
 from ddptui.store.ring import LineRing
+from ddptui.store.samples import NodeSamples
 from ddptui.store.series import SeriesBook
-from ddptui.store.telemetry import NodeTelemetry
 from ddptui.store.views import NodeView, RankView, RunInfo, copy_node
 from ddptui.telemetry.sample import NodeSample
 
@@ -62,7 +62,7 @@ class Store:
         #: on lines are kept in memory only, and the mirror's checkpoint stays where it was,
         #: so ``ddptui attach`` fetches the rest from the nodes once there is room.
         self.disk_error: str | None = None
-        self.telemetry = NodeTelemetry(run_dir if mirrored else None)  # samples, per node
+        self.samples = NodeSamples(run_dir if mirrored else None)  # samples, per node
 
     def add_node(self, name: str, node_rank: int) -> None:
         with self._write_lock:
@@ -114,7 +114,7 @@ class Store:
                 self.version += 1
             if self._mirror is not None and mirror:
                 try:
-                    self._mirror.write(self.telemetry.take_out(events), raw_done or {})
+                    self._mirror.write(self.samples.take_out(events), raw_done or {})
                 except OSError as e:
                     self._stop_mirroring(e)
             if self._tap is not None:
@@ -146,7 +146,7 @@ class Store:
                 "latest": {r: dict(kinds) for r, kinds in self.latest.items()},
                 "summaries": dict(self.summaries),
                 "run": RunInfo(**vars(self.run)),
-                "telemetry": self.telemetry.copy(),
+                "telemetry": self.samples.copy(),
             }
 
     @classmethod
@@ -169,7 +169,7 @@ class Store:
         s.latest = snapshot["latest"]
         s.summaries = snapshot["summaries"]
         s.run = snapshot["run"]
-        s.telemetry.restore(snapshot.get("telemetry"))
+        s.samples.restore(snapshot.get("telemetry"))
         s.version = 1
         return s
 
@@ -254,7 +254,7 @@ class Store:
         elif isinstance(ev, Failure):
             self.failures.append(ev)
         elif type(ev) is NodeSample:
-            self.telemetry.add(ev)
+            self.samples.add(ev)
         elif isinstance(ev, Stall):  # not progress: a rank's lines and metrics are that
             self.stalls.append(ev)
 
@@ -361,7 +361,7 @@ class Store:
     def node_samples(self) -> dict[str, list[NodeSample]]:
         """Each node's recent telemetry, oldest first."""
         with self._lock:
-            return self.telemetry.copy()
+            return self.samples.copy()
 
     def rank_log_path(self, rank: int) -> Path | None:
         return None if self.run_dir is None else rundir.rank_log(self.run_dir, rank)
@@ -378,14 +378,14 @@ class Store:
         with contextlib.suppress(OSError):
             if mirror is not None:
                 mirror.close()
-        self.telemetry.close(keep_writing=False)
+        self.samples.close(keep_writing=False)
 
     def close(self) -> None:
         with self._write_lock:
             if self._mirror is not None:
                 with contextlib.suppress(OSError):  # a full disk: its error is said already
                     self._mirror.close()
-            self.telemetry.close()
+            self.samples.close()
 
     #: Kept on the store, where attach and the tests look for it.
     recover = staticmethod(recover_to_checkpoint)

@@ -14,7 +14,7 @@ Three rules, each naming the node, the GPU and, where it can, the rank:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ddptui.telemetry.sample import NodeSample
@@ -102,7 +102,7 @@ def node_alerts(latest: NodeSample) -> list[Alert]:
     return out
 
 
-def assess(histories: dict[str, Sequence[NodeSample]], seats: Iterable[RankSeat],
+def assess(histories: Mapping[str, Sequence[NodeSample]], seats: Iterable[RankSeat],
            now: float, *, idle_after: float = IDLE_AFTER_S) -> list[Alert]:
     """Every alert of the run now: per node from its newest sample, per running rank from its
     GPU's history."""

@@ -13,8 +13,8 @@ from ddptui.chart.downsample import sparkline
 from ddptui.events import NodeStatus
 from ddptui.store.health import RankHealth
 from ddptui.store.views import NodeView, RankView
-from ddptui.tui import telemetry_cells
-from ddptui.tui.telemetry_cells import TelemetryCells
+from ddptui.tui import sample_cells
+from ddptui.tui.sample_cells import SampleCells
 
 COLUMNS = ("Node", "#", "Ranks", "State", "PID", "Rst", "Exit", "Last", "Rate", "Loss")
 SPARK_WIDTH = 8
@@ -73,9 +73,9 @@ _TONE = {
 }
 
 
-def columns(telemetry: TelemetryCells | None) -> tuple[str, ...]:
+def columns(telemetry: SampleCells | None) -> tuple[str, ...]:
     """The table's columns: the telemetry ones once any node has reported."""
-    return COLUMNS + telemetry_cells.COLUMNS if telemetry is not None else COLUMNS
+    return COLUMNS + sample_cells.COLUMNS if telemetry is not None else COLUMNS
 
 
 def build_rows(
@@ -84,7 +84,7 @@ def build_rows(
     health: dict[int, RankHealth],
     losses: Callable[[int], Sequence[float]],
     now: float,
-    telemetry: TelemetryCells | None = None,
+    telemetry: SampleCells | None = None,
 ) -> list[Row]:
     """With ``telemetry``, rows carry :func:`columns`' telemetry cells and its alerts."""
     by_node: dict[str, list[RankView]] = {}

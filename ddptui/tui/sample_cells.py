@@ -28,7 +28,7 @@ _BLANK = ("-", "-", "-")
 
 
 @dataclass(frozen=True)
-class TelemetryCells:
+class SampleCells:
     nodes: dict[str, tuple[str, str, str]] = field(default_factory=dict)
     ranks: dict[int, tuple[str, str, str]] = field(default_factory=dict)
     node_alerts: dict[str, str] = field(default_factory=dict)
@@ -80,12 +80,12 @@ def rank_cells(latest: NodeSample, gpu: int | None) -> tuple[str, str, str]:
 
 def build(samples: dict[str, list[NodeSample]], nodes: Sequence[NodeView],
           ranks: Sequence[RankView], now: float,
-          visible: Mapping[str, str | None] | None = None) -> TelemetryCells | None:
+          visible: Mapping[str, str | None] | None = None) -> SampleCells | None:
     """None while no node has reported: the table then has no telemetry columns.
     ``visible``: each node's ``CUDA_VISIBLE_DEVICES`` from its ``env:``, where one is set."""
     if not any(samples.values()):
         return None
-    cells = TelemetryCells()
+    cells = SampleCells()
     for name, history in samples.items():
         if history and now - history[-1].time <= STALE_S:
             cells.nodes[name] = node_cells(history)
@@ -94,9 +94,9 @@ def build(samples: dict[str, list[NodeSample]], nodes: Sequence[NodeView],
     visible = visible or {}
     gpu = {r.rank: alerts.rank_gpu(r.local_rank, visible.get(r.node)) for r in ranks}
     for r in ranks:
-        history = samples.get(r.node)
-        if history and now - history[-1].time <= STALE_S:
-            cells.ranks[r.rank] = rank_cells(history[-1], gpu[r.rank])
+        seen = samples.get(r.node)
+        if seen and now - seen[-1].time <= STALE_S:
+            cells.ranks[r.rank] = rank_cells(seen[-1], gpu[r.rank])
     running = {n.name for n in nodes if n.status is NodeStatus.RUNNING}
     seats = [alerts.RankSeat(r.rank, r.node, gpu[r.rank], r.node in running) for r in ranks]
     for a in alerts.assess(samples, seats, now):

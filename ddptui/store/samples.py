@@ -22,7 +22,7 @@ from ddptui.telemetry.sample import NodeSample
 HISTORY = 600
 
 
-class NodeTelemetry:
+class NodeSamples:
     """Per node, its newest samples; with a run dir, also the writer of ``telemetry.jsonl``.
     Called under the store's locks: :meth:`add` under both, the rest as the store says."""
 

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ddptui.config import metric_rules
 from ddptui.config import values as v
 from ddptui.config.fieldkey import key
 from ddptui.config.slurm import SlurmConfig
@@ -180,10 +181,10 @@ class MetricsConfig:
     """Which lines of the ranks' own output become chart series, beside `@ddptui` records."""
 
     parse: str | tuple[str, ...] = field(default="auto", metadata=key(
-        v.METRIC_PARSE, hints=("recognizers", "parsers", "recognize")))
+        metric_rules.METRIC_PARSE, hints=("recognizers", "parsers", "recognize")))
     """`auto` (every recognizer ddptui knows), `off`, or a list of recognizer names."""
     patterns: tuple[str, ...] = field(default=(), metadata=key(
-        v.METRIC_PATTERNS, hints=("regex", "regexes", "pattern")))
+        metric_rules.METRIC_PATTERNS, hints=("regex", "regexes", "pattern")))
     """Regular expressions tried first on each rank line: named group `step`, and series."""
 
 
@@ -207,7 +208,8 @@ class HostsConfig:
     """When a rank counts as stalled or a straggler, a node as lost; whether nodes are sampled."""
     metrics: MetricsConfig = field(default=MetricsConfig(), metadata=key(hints=("charts",)))
     """Which lines of the ranks' output ddptui reads as metrics; default: every stack it knows."""
-    slurm: SlurmConfig | None = field(default=None, metadata=key(hints=("sbatch", "salloc")))
+    slurm: SlurmConfig[NodeConfig] | None = field(default=None, metadata=key(
+        hints=("sbatch", "salloc")))
     """Nodes from a Slurm allocation instead of `nodes:`: one you hold, or one ddptui asks for."""
     secret_env: tuple[str, ...] = field(default=(), metadata=key(
         v.ENV_NAMES, hints=("secrets", "secret", "mask_env")))
@@ -272,7 +274,7 @@ class HostsConfig:
         )
 
 
-def _slurm(d: Mapping[str, Any] | None) -> SlurmConfig | None:
+def _slurm(d: Mapping[str, Any] | None) -> SlurmConfig[NodeConfig] | None:
     return None if d is None else SlurmConfig.from_dict(d, NodeConfig)
 
 

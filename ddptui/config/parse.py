@@ -72,7 +72,7 @@ class _HostsParser(NodeWalker):
         slurm = None
         if "slurm" in top:
             slurm = self.slurm(top["slurm"], top.get("nodes"), defaults)
-            nodes = [slurm.template] if slurm is not None else []
+            nodes = [slurm.template] if slurm is not None and slurm.template is not None else []
         elif "nodes" not in top:
             self.problem(line_of(root), "nodes",
                          "is missing; list the machines to run on under `nodes:` (or take "
@@ -91,7 +91,8 @@ class _HostsParser(NodeWalker):
         return HostsConfig(self.path, () if slurm else tuple(nodes), rendezvous, job, ssh,
                            health, secret_env=secret_env, metrics=metrics, slurm=slurm)
 
-    def slurm(self, entry: Entry, listed: Entry | None, defaults: Fields) -> SlurmConfig | None:
+    def slurm(self, entry: Entry, listed: Entry | None, defaults: Fields
+              ) -> SlurmConfig[NodeConfig] | None:
         """The section, and the node every allocation node is made from (`defaults:`)."""
         v, lines, entries = self.section(entry, "slurm", SlurmConfig)
         if "options" in entries:

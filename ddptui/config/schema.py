@@ -128,7 +128,8 @@ def _sections() -> dict[str, type]:
     hints = typing.get_type_hints(HostsConfig)
     out: dict[str, type] = {}
     for f in dataclasses.fields(HostsConfig):
-        kinds = [t for t in typing.get_args(hints[f.name]) or (hints[f.name],)
+        kinds = [typing.get_origin(t) or t  # SlurmConfig[NodeConfig]: the class
+                 for t in typing.get_args(hints[f.name]) or (hints[f.name],)
                  if t is not type(None)]
         if len(kinds) == 1 and isinstance(kinds[0], type) and dataclasses.is_dataclass(kinds[0]):
             out[f.name] = kinds[0]

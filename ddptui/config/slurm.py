@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from ddptui.config import values as v
 from ddptui.config.fieldkey import key
@@ -22,6 +22,19 @@ SLURM_TEMPLATE = "slurm-allocation"
 #: `slurm.job: env` takes the allocation this shell runs in (salloc, sbatch).
 JOB_FROM_ENV = "env"
 _JOB_RE = re.compile(r"\d+(_\d+)?")
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    class Node(DataclassInstance, Protocol):
+        """What this section needs of its node: a dataclass with an environment."""
+
+        @property
+        def env(self) -> Mapping[str, str]: ...
+
+#: The node type: the model's NodeConfig, which this module cannot import (the model holds
+#: this section), so that ``HostsConfig.slurm.template`` is typed as a node all the same.
+N = TypeVar("N", bound="Node")
 
 
 def _job(value: object) -> str:
@@ -38,7 +51,7 @@ JOB = Check(_job, {"type": ["string", "integer"], "pattern": r"^(env|\d+(_\d+)?)
 
 
 @dataclass(frozen=True)
-class SlurmConfig:
+class SlurmConfig(Generic[N]):
     """Where the nodes come from on Slurm: an allocation you hold, or one ddptui asks for."""
 
     job: str | None = field(default=None, metadata=key(JOB, hints=("jobid", "job_id")))
@@ -62,7 +75,7 @@ class SlurmConfig:
     """More `salloc` options, each as one word (e.g. `--qos=high`, `--constraint=a100`)."""
     keep: bool = field(default=False, metadata=key(v.BOOL, hints=("keep_allocation",)))
     """Keep an allocation ddptui asked for after the run, for the next launch."""
-    template: Any = None
+    template: N | None = None
     """The node every allocation node is made from (`defaults:`); not a key of the file."""
     owned: bool = False
     """ddptui asked for this allocation (and gives it back); set once it is granted."""
@@ -80,7 +93,7 @@ class SlurmConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], node_type: type) -> SlurmConfig:
+    def from_dict(cls, d: Mapping[str, Any], node_type: type[N]) -> SlurmConfig[N]:
         t = d.get("template")
         return cls(**{**d, "options": tuple(d.get("options", ())),
                       "template": node_type(**t) if t is not None else None})

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Generic, Literal, NoReturn, TypeGuard, TypeVar
 
 from ddptui.events import JSON
-from ddptui.metrics import recognizers
 
 NprocWord = Literal["gpu", "cpu", "auto"]
 NprocPerNode = int | NprocWord
@@ -375,34 +374,3 @@ COMMANDS = ListOf(Check(_command, {"type": "string", "pattern": _NO_NUL}, "strin
 ENV = MappingOf(ENV_VALUE, RESERVED_ENV, "mapping NAME: value")
 ENV_NAMES = ListOf(Check(_env_name, {"type": "string", "pattern": f"^{ENV_NAME}$"}, "string"),
                    "list of names")
-
-
-def _metric_parse(value: object) -> str | tuple[str, ...]:
-    if value is False:
-        return "off"
-    if isinstance(value, str) and value in ("auto", "off"):
-        return value
-    if isinstance(value, list) and all(isinstance(x, str) for x in value):
-        unknown = [x for x in value if x not in recognizers.NAMES]
-        if unknown:
-            raise Invalid(f"names {', '.join(map(show, unknown))}, which ddptui does not know; "
-                          f"the recognizers are {', '.join(recognizers.NAMES)}.")
-        return tuple(value)
-    _fail(f"auto, off, or a list of recognizer names ({', '.join(recognizers.NAMES)})", value)
-
-
-def _metric_pattern(value: object) -> str:
-    if not isinstance(value, str):
-        _fail("a regular expression in quotes", value)
-    problem = recognizers.pattern_problem(value)
-    if problem is not None:
-        raise Invalid(problem)
-    return value
-
-
-METRIC_PARSE = Check(_metric_parse, {"anyOf": [
-    {"enum": ["auto", "off", False]},
-    {"type": "array", "items": {"enum": list(recognizers.NAMES)}},
-]}, "`auto`, `off` or list of names")
-METRIC_PATTERNS = ListOf(Check(_metric_pattern, {"type": "string"}, "string"),
-                         "list of regular expressions")

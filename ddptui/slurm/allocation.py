@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from ddptui.config import HostsConfig
+from ddptui.config import HostsConfig, NodeConfig
 from ddptui.config.slurm import JOB_FROM_ENV, SlurmConfig
 from ddptui.slurm import client
 from ddptui.slurm.jobinfo import JobInfo, SlurmError, not_usable, pending_words
@@ -22,7 +22,7 @@ RUNNING_WAIT_S = 120.0
 Say = Callable[[str], None]
 
 
-def request_options(s: SlurmConfig) -> list[str]:
+def request_options(s: SlurmConfig[NodeConfig]) -> list[str]:
     """``salloc`` options for what the section asks."""
     out = [f"--nodes={s.nodes}"] if s.nodes else []
     out += [f"--partition={s.partition}"] if s.partition else []
@@ -100,11 +100,13 @@ def wait_running(job: str, owned: bool) -> JobInfo:
         time.sleep(0.5)
 
 
-def with_nodes(config: HostsConfig, slurm: SlurmConfig, info: JobInfo) -> HostsConfig:
+def with_nodes(config: HostsConfig, slurm: SlurmConfig[NodeConfig], info: JobInfo
+               ) -> HostsConfig:
     """One node per node of the allocation, made from the template (``defaults:``)."""
     names = client.hostnames(info.node_list)
     addrs = client.addresses(names)
     template = slurm.template
+    assert template is not None, "a parsed slurm section has its template"
     slots = info.slots()
     nproc = template.nproc_per_node if template.nproc_per_node != "auto" or slots is None \
         else slots

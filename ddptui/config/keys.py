@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import fields
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ddptui.config.fieldkey import KEY, Key
 from ddptui.config.model import (
@@ -23,7 +23,11 @@ from ddptui.config.model import (
 from ddptui.config.slurm import SlurmConfig
 from ddptui.config.values import Rule
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+#: A section's class: a dataclass, whose fields are read off it.
+T = TypeVar("T", bound="DataclassInstance")
 
 #: Every class whose fields are keys of the file: the top level, then its sections.
 SECTIONS: tuple[type, ...] = (HostsConfig, NodeConfig, RendezvousConfig, JobConfig, SSHOptions,
@@ -68,7 +72,7 @@ def checks_of(cls: type) -> dict[str, Rule]:
 
 def build(cls: type[T], values: Mapping[str, Any]) -> T:
     """``cls(**values)`` for the keys that are fields, so defaults stay the model's own."""
-    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    names = {f.name for f in fields(cls)}
     return cls(**{k: v for k, v in values.items() if k in names})
 
 

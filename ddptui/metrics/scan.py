@@ -67,17 +67,15 @@ class Scanner:
             return events
         out: list[Event] | None = None
         for i, ev in enumerate(events):
-            t = type(ev)
             found: list[Event] | None = None
-            if t is LineRun:
-                found = self._run(ev)  # type: ignore[arg-type]
-            elif t is LogLine:
-                line: LogLine = ev  # type: ignore[assignment]
-                if line.rank is not None and line.source is Source.WORKER \
-                        and line.rank not in self._records:
-                    found = self._line(line.text, line.rank, line.time, line.attempt)
-            elif t is Metric:
-                found = self._record(ev)  # type: ignore[arg-type]
+            if type(ev) is LineRun:
+                found = self._run(ev)
+            elif type(ev) is LogLine:
+                if ev.rank is not None and ev.source is Source.WORKER \
+                        and ev.rank not in self._records:
+                    found = self._line(ev.text, ev.rank, ev.time, ev.attempt)
+            elif type(ev) is Metric:
+                found = self._record(ev)
             if found:
                 if out is None:
                     out = events[:i]

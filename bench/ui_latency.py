@@ -106,7 +106,7 @@ async def main(args: argparse.Namespace) -> int:
     engine = EngineProcess()
     client: EngineClient = engine.open(flood_run, RANKS, args.rate, args.total, hold,
                                        args.telemetry_nodes)
-    app = DashboardApp(None, controller_factory=lambda config, root: client,
+    app = DashboardApp(None, session_factory=lambda config, root: client,
                        attacher=lambda run_id, root: client, drain_hz=args.hz)
     watch = Watch()
     per_block = max(1, args.samples // args.blocks)
@@ -115,7 +115,7 @@ async def main(args: argparse.Namespace) -> int:
     lines, seconds = 0, 0.0
     try:
         async with app.run_test(size=(args.width, 48)) as pilot:
-            app.use_controller(client)
+            app.use_session(client)
             display = app._display
 
             def timed_display(screen: Any, renderable: Any) -> None:

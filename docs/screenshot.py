@@ -40,7 +40,7 @@ async def shoot(app: DashboardApp, out: Path) -> None:
         if isinstance(app.screen, ConfirmScreen):
             await pilot.press("y")
         end = time.monotonic() + 60
-        while app.controller is not None and not app.controller.done:
+        while app.session is not None and not app.session.done:
             if time.monotonic() > end:
                 break
             await pilot.pause(0.5)

@@ -31,7 +31,7 @@ class SlowChart(FakeController):
 
 @sync
 async def test_a_slow_handle_keeps_the_last_chart_and_is_asked_again() -> None:
-    app = make_app(controller_factory=lambda config, root: SlowChart())
+    app = make_app(session_factory=lambda config, root: SlowChart())
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.press("l")
         await settle(pilot, app)

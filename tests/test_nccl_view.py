@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def nccl_app(**kw: Any) -> Any:
-    return make_app(controller_factory=lambda config, root: NcclRun(**kw))
+    return make_app(session_factory=lambda config, root: NcclRun(**kw))
 
 
 async def opened(pilot: Any, app: DashboardApp, *keys: str) -> NcclScreen:

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.timeout(60)
 
 def stacked_app() -> DashboardUnderTest:
     StackedController.asked = []
-    return make_app(controller_factory=lambda config, root: StackedController())
+    return make_app(session_factory=lambda config, root: StackedController())
 
 
 @sync

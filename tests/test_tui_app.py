@@ -86,7 +86,7 @@ class DashboardUnderTest(DashboardApp):
 
 def make_app(store: Store | None = None, **kw: Any) -> DashboardUnderTest:
     FakeController.instances.clear()
-    kw.setdefault("controller_factory", lambda config, root: FakeController())
+    kw.setdefault("session_factory", lambda config, root: FakeController())
     kw.setdefault("clock", lambda: T0 + 10)
     config = kw.pop("config", HostsConfig(Path("hosts.yaml"), ()))
     return DashboardUnderTest(config, store=store, **kw)
@@ -154,7 +154,7 @@ async def test_launch_fills_header_table_log_and_chart() -> None:
 
 @sync
 async def test_launch_error_is_shown_and_nothing_runs() -> None:
-    app = make_app(controller_factory=lambda config, root: FakeController(
+    app = make_app(session_factory=lambda config, root: FakeController(
         fail="node local-b: python3 cannot import torch"))
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("l")
@@ -206,7 +206,7 @@ async def test_restart_stops_then_launches_a_fresh_run() -> None:
         assert first.stopped == 1
         assert len(FakeController.instances) == 2
         second = FakeController.instances[1]
-        assert app.controller is second
+        assert app.session is second
         assert second.launched == 1
         # the dashboard pumps the controller it shows, and lets go of the one it replaced
         pumped = second.pumped
@@ -246,7 +246,7 @@ async def test_attach_on_start() -> None:
         run_id=run_id))
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot, app)
-        assert app.controller is not None and app.controller.run_id == "old-run"
+        assert app.session is not None and app.session.run_id == "old-run"
 
 
 @sync
@@ -598,7 +598,7 @@ async def test_restart_after_attach_uses_the_runs_own_hosts_file() -> None:
         c._done = True
         return c
 
-    app = make_app(config=None, attach="old", attacher=attacher, controller_factory=factory)
+    app = make_app(config=None, attach="old", attacher=attacher, session_factory=factory)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot, app)
         await pilot.press("R")

@@ -135,7 +135,7 @@ async def test_compare_from_the_run_list_then_clear(tmp_path: Path) -> None:
         assert isinstance(app.screen, RunPicker)
         await pilot.press("c")
         await settle(pilot, app)
-        assert not isinstance(app.screen, RunPicker) and app.controller is None
+        assert not isinstance(app.screen, RunPicker) and app.session is None
         assert chart.compared == "old-run"
         assert "vs old-run" in chart.text.splitlines()[0]
         assert dimmed_dots(chart) > 20

@@ -82,12 +82,12 @@ async def _drive(app: DashboardApp) -> None:
             deadline = time.monotonic() + 180
             while time.monotonic() < deadline:
                 await pilot.pause(0.25)
-                if app.controller is not None:
-                    run_id = app.controller.run_id
+                if app.session is not None:
+                    run_id = app.session.run_id
                 plotted = app.chart.plotted
                 if len(plotted) == 4 and all(n >= 2 for n in plotted.values()):
                     break
-                assert not (app.controller and app.controller.done), "the run ended early"
+                assert not (app.session and app.session.done), "the run ended early"
             else:
                 raise AssertionError(f"no loss for every rank in time: {app.chart.plotted}; "
                                      f"{[str(n.message) for n in app._notifications]}")
@@ -102,7 +102,7 @@ async def _drive(app: DashboardApp) -> None:
             deadline = time.monotonic() + 90
             while time.monotonic() < deadline:
                 await pilot.pause(0.25)
-                if app.controller is not None and app.controller.done and not app.busy:
+                if app.session is not None and app.session.done and not app.busy:
                     break
             else:
                 raise AssertionError("stop did not finish in time")
@@ -110,13 +110,13 @@ async def _drive(app: DashboardApp) -> None:
                        for n in app._notifications)
             left = run_processes(run_id)
             assert left == [], f"processes of {run_id} still alive: {left}"
-            engine = app.controller.engine.process
+            engine = app.session.engine.process
             assert engine.poll() is None, "the engine ended before the dashboard"
         # Quitting the dashboard ends its engine process too (closed on unmount, not left).
         assert engine.poll() is not None, "the engine process outlived the dashboard"
     finally:
-        if run_id and app.controller is not None and not app.controller.done:
-            app.controller.stop(grace=1)
+        if run_id and app.session is not None and not app.session.done:
+            app.session.stop(grace=1)
         for pid in run_processes(run_id) if run_id else []:  # ours, by marker
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)

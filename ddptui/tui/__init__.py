@@ -1,4 +1,4 @@
-"""The Textual dashboard: reads the store on a timer, drives the controller from key bindings."""
+"""The Textual dashboard: reads the store on a timer, drives the session from key bindings."""
 
 import os
 

@@ -1,7 +1,7 @@
 """The dashboard app: it owns the run's engine, and shows the run on its main screen.
 
 Nothing here runs I/O on the event loop: launch, stop and attach are thread workers
-(:mod:`ddptui.tui.lifecycle`), the controller runs in an engine process
+(:mod:`ddptui.tui.lifecycle`), the session runs in an engine process
 (:mod:`ddptui.engine.process`), and the main screen (:mod:`ddptui.tui.dashboard`) brings
 the replica store up to date and writes batches to the widgets on its timers.
 """
@@ -83,7 +83,7 @@ class DashboardApp(Lifecycle):
         config: The hosts file to launch, if any.
         attach: A run id to follow from the start.
         state_root: Where runs are recorded (None: the default).
-        controller_factory: Makes a new run's handle; by default in an engine process.
+        session_factory: Makes a new run's handle; by default in an engine process.
         attacher: Makes a handle following a recorded run; by default in an engine process.
         run_lister: The recorded runs, for the attach picker.
         store: A store to show before any run (tests and snapshots replay into one).
@@ -137,7 +137,7 @@ class DashboardApp(Lifecycle):
         *,
         attach: str | None = None,
         state_root: Path | None = None,
-        controller_factory: RunFactory | None = None,
+        session_factory: RunFactory | None = None,
         attacher: Attacher | None = None,
         run_lister: RunLister | None = None,
         store: Store | None = None,
@@ -148,13 +148,13 @@ class DashboardApp(Lifecycle):
         preflight: bool = True,
     ) -> None:
         super().__init__(config, state_root=state_root,
-                         run_factory=controller_factory or self._new_engine_run,
+                         run_factory=session_factory or self._new_engine_run,
                          attacher=attacher or self._attach_engine_run,
                          run_lister=run_lister or _list_runs, store=store)
         #: Real runs go to engine processes; with a hosts file to launch, one is started
         #: at mount, ready for use.
-        self.spare = Spare() if controller_factory is None or attacher is None else None
-        self._warm_at_mount = controller_factory is None and config is not None
+        self.spare = Spare() if session_factory is None or attacher is None else None
+        self._warm_at_mount = session_factory is None and config is not None
         self.attach_to = attach
         self.preflight = preflight
         self.clock = clock
@@ -165,7 +165,7 @@ class DashboardApp(Lifecycle):
     @property
     def _followed_config(self) -> HostsConfig | None:
         """The followed run's hosts file, as the engine has it, else the one to launch."""
-        handle = self.controller
+        handle = self.session
         return handle.config if handle is not None and handle.config is not None \
             else self.config
 
@@ -200,8 +200,8 @@ class DashboardApp(Lifecycle):
     def on_unmount(self) -> None:
         """Engines end with the dashboard: one following a run detaches from it first."""
         _restore_runtime(self._runtime)
-        if self.controller is not None:
-            self.controller.close()
+        if self.session is not None:
+            self.session.close()
         if self.spare is not None:
             self.spare.close()
 
@@ -247,7 +247,7 @@ class DashboardApp(Lifecycle):
             self.dashboard.log_pane.set_view(view)
 
     def action_diagnosis(self) -> None:
-        handle = self.controller
+        handle = self.session
         result = handle.result if handle is not None and handle.done else None
         if handle is None or result is None or result.diagnosis is None:
             self.notify("No failed run to explain: the diagnosis comes when a run fails.",
@@ -257,7 +257,7 @@ class DashboardApp(Lifecycle):
 
     def action_stacks(self) -> None:
         """The Python stacks of the rank in view (of every rank in other views), taken now."""
-        handle = self.controller
+        handle = self.session
         if handle is None or handle.done:
             self.notify("No run is going: stacks are taken from running ranks.",
                         severity="warning")

@@ -176,7 +176,7 @@ class DashboardScreen(Screen[None]):
     def _pump(self) -> None:
         """Often and briefly: the engine's changes into the store, a few milliseconds' worth
         at a time, so a key never waits long behind a flood."""
-        handle = self.owner.controller
+        handle = self.owner.session
         if handle is not None:
             handle.pump()
 
@@ -219,7 +219,7 @@ class DashboardScreen(Screen[None]):
         built a second way here. Only without a handle (a store shown alone) or with a past
         run to compare is it built here, by the same builder: the engine's call takes no past
         series yet (the overlay's are cut to a few thousand points a rank)."""
-        handle = self.owner.controller
+        handle = self.owner.session
         past = overlay.past(metric) if overlay is not None else []
         if handle is not None and overlay is None:
             try:
@@ -288,7 +288,7 @@ class DashboardScreen(Screen[None]):
         restarts = max((n.attempt for n in nodes), default=0)
         restarting = any(n.status is NodeStatus.RESTARTING for n in nodes)
         self.header.set_run(info, now, restarts, owner.busy, restarting)
-        handle = owner.controller
+        handle = owner.session
         if handle is not None and not self._done_told and handle.done:
             self._done_told = True
             notice = finished_notice(handle.run_id, handle.result)

@@ -2,7 +2,7 @@
 
 A run's handle is a :class:`ddptui.run_port.RunHandle`: the engine's client for real runs,
 stand-ins in tests (``tests/fakes.py``, checked by mypy against the same Protocol). Nothing
-here imports the controller (paramiko), nor the engine.
+here imports the session (paramiko), nor the engine.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ class Lifecycle(App[int]):
         self.attacher = attacher
         self.run_lister = run_lister
         #: The run followed, if any.
-        self.controller: RunHandle | None = None
+        self.session: RunHandle | None = None
         #: What the screen shows: the handle's store, or one given (tests, snapshots).
         self.store = store if store is not None else Store()
 
@@ -68,26 +68,26 @@ class Lifecycle(App[int]):
         """The hosts file to (re)launch: the one given, else the attached run's own."""
         if self.config is not None:
             return self.config
-        return self.controller.config if self.controller is not None else None
+        return self.session.config if self.session is not None else None
 
     @property
     def live(self) -> bool:
         """A handle is following a run that has not finished."""
-        handle = self.controller
+        handle = self.session
         return handle is not None and not handle.done and self.store.run_info().status.live
 
-    def use_controller(self, controller: RunHandle) -> None:
-        """Follow ``controller``'s run from now on; the one followed before is let go."""
-        old = self.controller
-        if old is not None and old is not controller:
-            self._close_controller(old)
-        self.controller = controller
-        self.store = controller.store
-        self.dashboard.follow_store(controller.store)
+    def use_session(self, session: RunHandle) -> None:
+        """Follow ``session``'s run from now on; the one followed before is let go."""
+        old = self.session
+        if old is not None and old is not session:
+            self._close_session(old)
+        self.session = session
+        self.store = session.store
+        self.dashboard.follow_store(session.store)
 
     @work(thread=True, group="engine")
-    def _close_controller(self, controller: RunHandle) -> None:
-        controller.close()
+    def _close_session(self, session: RunHandle) -> None:
+        session.close()
 
     def _set_busy(self, busy: Busy) -> None:
         self.busy = busy
@@ -120,11 +120,11 @@ class Lifecycle(App[int]):
         if not self.live:
             self._launch(stop_first=None)
             return
-        controller = self.controller
+        session = self.session
 
         def answered(yes: bool | None) -> None:
             if yes:
-                self._launch(stop_first=controller)
+                self._launch(stop_first=session)
 
         question = self._stop_question("Restart") + " Then the same hosts file is launched again."
         self.push_screen(ConfirmScreen(question, yes="Restart"), answered)
@@ -137,9 +137,9 @@ class Lifecycle(App[int]):
                 self._stop_blocking(stop_first)
             config = self.run_config
             assert config is not None  # checked by the action
-            controller = self.run_factory(config, self.state_root)
-            self.call_from_thread(self.use_controller, controller)
-            controller.launch()
+            session = self.run_factory(config, self.state_root)
+            self.call_from_thread(self.use_session, session)
+            session.launch()
         except Exception as e:  # LaunchError says what to fix; anything else is a bug report
             said = isinstance(e, LaunchError | EngineError)  # EngineError names its kind
             message = str(e) if said else f"{type(e).__name__}: {e}"
@@ -151,9 +151,9 @@ class Lifecycle(App[int]):
     # -- stop ------------------------------------------------------------------------------
 
     def _stop_question(self, verb: str) -> str:
-        assert self.controller is not None
-        processes, nodes = self.controller.process_estimate()
-        return stop_question(verb, self.controller.run_id, processes, nodes)
+        assert self.session is not None
+        processes, nodes = self.session.process_estimate()
+        return stop_question(verb, self.session.run_id, processes, nodes)
 
     def action_stop(self) -> None:
         if self._refuse_when_busy():
@@ -161,28 +161,28 @@ class Lifecycle(App[int]):
         if not self.live:
             self.notify("No run is going.", severity="warning")
             return
-        controller = self.controller
-        assert controller is not None
+        session = self.session
+        assert session is not None
 
         def answered(yes: bool | None) -> None:
             if yes:
-                self._stop(controller)
+                self._stop(session)
 
         self.push_screen(ConfirmScreen(self._stop_question("Stop"), yes="Stop"), answered)
 
     @work(thread=True, exclusive=True, group="lifecycle")
-    def _stop(self, controller: RunHandle, then_exit: bool = False) -> None:
+    def _stop(self, session: RunHandle, then_exit: bool = False) -> None:
         self.call_from_thread(self._set_busy, Busy.STOPPING)
         try:
-            self._stop_blocking(controller)
+            self._stop_blocking(session)
         finally:
             self.call_from_thread(self._set_busy, Busy.IDLE)
         if then_exit:
             self.call_from_thread(self._exit_with_result)
 
-    def _stop_blocking(self, controller: RunHandle) -> None:
-        report = controller.stop()
-        self.call_from_thread(self.show_notice, stop_report_notice(controller.run_id, report))
+    def _stop_blocking(self, session: RunHandle) -> None:
+        report = session.stop()
+        self.call_from_thread(self.show_notice, stop_report_notice(session.run_id, report))
 
     # -- attach ----------------------------------------------------------------------------
 
@@ -223,11 +223,11 @@ class Lifecycle(App[int]):
         """Follow the run ``run_id`` (detaching from one followed now)."""
         self.call_from_thread(self._set_busy, Busy.ATTACHING)
         try:
-            current = self.controller
+            current = self.session
             if current is not None and not current.done:
                 current.detach()
-            controller = self.attacher(run_id, self.state_root)
-            self.call_from_thread(self.use_controller, controller)
+            session = self.attacher(run_id, self.state_root)
+            self.call_from_thread(self.use_session, session)
         except Exception as e:
             self.call_from_thread(self.notify, f"Cannot attach to {run_id}: {e}",
                                   title="Attach failed", severity="error", timeout=20)
@@ -237,26 +237,26 @@ class Lifecycle(App[int]):
     # -- quit ------------------------------------------------------------------------------
 
     def action_quit_dashboard(self) -> None:
-        if not self.live or self.controller is None:
+        if not self.live or self.session is None:
             self._exit_with_result()
             return
-        controller = self.controller
+        session = self.session
 
         def chosen(choice: QuitChoice | None) -> None:
             if choice == "stop":
-                self._stop(controller, then_exit=True)
+                self._stop(session, then_exit=True)
             elif choice == "leave":
-                self._leave(controller)
+                self._leave(session)
 
-        processes, nodes = controller.process_estimate()
-        self.push_screen(QuitScreen(quit_question(controller.run_id, processes, nodes)),
+        processes, nodes = session.process_estimate()
+        self.push_screen(QuitScreen(quit_question(session.run_id, processes, nodes)),
                          chosen)
 
     @work(thread=True, exclusive=True, group="lifecycle")
-    def _leave(self, controller: RunHandle) -> None:
-        controller.detach()
+    def _leave(self, session: RunHandle) -> None:
+        session.detach()
         self.call_from_thread(self.exit, 0)
 
     def _exit_with_result(self) -> None:
-        result = self.controller.result if self.controller is not None else None
+        result = self.session.result if self.session is not None else None
         self.exit(result.exit_code if result is not None else 0)

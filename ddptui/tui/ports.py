@@ -25,7 +25,7 @@ class FollowedRun(Protocol):
         """What the screens show: the handle's replica, or a store given (tests, snapshots)."""
 
     @property
-    def controller(self) -> RunHandle | None:
+    def session(self) -> RunHandle | None:
         """The handle that follows the run, if any; it answers what the store cannot."""
 
 

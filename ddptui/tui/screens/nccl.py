@@ -1,7 +1,7 @@
 """The NCCL view (``i``): what NCCL chose on every node, what looks wrong, and each rank's
 detail; ``l`` goes to the raw NCCL lines in the log.
 
-The facts come from the run's handle, which asks the engine: the controller there fed them
+The facts come from the run's handle, which asks the engine: the session there fed them
 every NCCL line of the run, where the dashboard's replica only keeps its rings. Without a
 handle that knows them (a store replayed for a test, an engine that is gone) they are built
 from the NCCL lines still in the replica's rings.
@@ -152,7 +152,7 @@ class NcclScreen(ModalScreen[ViewSpec | None]):
             self.action_reload()
 
     def action_reload(self) -> None:
-        handle = self.owner.controller
+        handle = self.owner.session
         if handle is not None and hasattr(handle, "nccl_facts"):
             self._fetch(handle)
         else:

@@ -37,8 +37,9 @@ from ddptui.transport.srun import frames
 
 FOLDER = Path(nodeprog.__file__).parent
 PROGRAMS = sorted(p.stem for p in FOLDER.glob("*.py") if p.stem != "__init__")
-#: Run by whatever ``python3`` a node has (the others by the torch interpreter, 3.8 or newer).
-OLDEST = {"srun_agent": (3, 6)}
+#: Run by whatever ``python3`` a node has, or asked which one it is (the others run under the
+#: torch interpreter, 3.8 or newer, and are kept to 3.7).
+OLDEST = {"srun_agent": (3, 6), "find_torch": (3, 6)}
 #: Imported, inside a function, by the programs whose job is to ask torch.
 TORCH_USERS = {"preflight", "torchrun_tee"}
 
@@ -82,6 +83,27 @@ def test_the_text_a_node_gets_is_one_program_of_its_python(name: str) -> None:
                           f"import ast; compile({text!r}, 'node', 'exec')"],
                          capture_output=True, text=True, timeout=30)
     assert res.returncode == 0, res.stderr
+
+
+def _old_pythons() -> list[tuple[tuple[int, int], str]]:
+    """Interpreters older than this one that this machine has (pyenv's), by version."""
+    found = []
+    for exe in sorted(Path.home().glob(".pyenv/versions/3.*/bin/python3")):
+        major, minor = (int(x) for x in exe.parent.parent.name.split(".")[:2])
+        if (major, minor) < (3, 8):
+            found.append(((major, minor), str(exe)))
+    return found
+
+
+@pytest.mark.skipif(not _old_pythons(), reason="no interpreter older than 3.8 here")
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_each_program_compiles_under_the_oldest_python_it_promises(name: str) -> None:
+    text = nodeprog.source(importlib.import_module(f"ddptui.nodeprog.{name}"))
+    for version, exe in _old_pythons():
+        if version >= OLDEST.get(name, (3, 7)):
+            res = subprocess.run([exe, "-S", "-c", f"compile({text!r}, 'node', 'exec')"],
+                                 capture_output=True, text=True, timeout=30)
+            assert res.returncode == 0, f"{exe}: {res.stderr}"
 
 
 def test_a_shared_part_is_put_in_place_of_its_import() -> None:

@@ -5,9 +5,10 @@ torchrun pays it again right after. What only an import can tell (is CUDA usable
 devices) is left unknown here and asked by ``ddptui check``'s own program
 (:mod:`ddptui.nodeprog.preflight`); a torch that is found but cannot be imported fails at once
 in torchrun, where the diagnosis quotes its error. It prints one JSON line.
-"""
 
-from __future__ import annotations
+It is what says which Python a node has and whether torch is there, so it runs on any
+``python3`` (3.6 and newer): its annotations are quoted, not deferred.
+"""
 
 import importlib.util
 import json
@@ -17,12 +18,12 @@ import socket
 import sys
 
 
-def field(text: str, name: str) -> str | None:
+def field(text: str, name: str) -> "str | None":
     m = re.search(r"^" + re.escape(name) + r"\b[^=\n]*=\s*['\"]([^'\"]+)['\"]", text, re.M)
     return m.group(1) if m else None
 
 
-def probe() -> dict[str, str | None]:
+def probe() -> "dict[str, str | None]":
     out: dict[str, str | None] = {"python": sys.executable, "version": sys.version.split()[0],
                                   "hostname": socket.gethostname()}
     try:

@@ -12,14 +12,17 @@ every refused one.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, NotRequired, TypedDict, Unpack
 
-from ddptui.events import Event, NodeState, NodeStatus, RunStatus
+from ddptui.events import JSON, Event, NodeState, NodeStatus, RunStatus
 
 #: ``run.json``'s layout version; a reader refuses nothing, but a writer bumps this when a
-#: field changes meaning. Version 1: the layout of ddptui up to this module, plus ``schema``.
+#: field changes meaning. Version 1: the layout of ddptui up to this module, plus ``schema``;
+#: the typed record (``reconciled``, ``diagnosed``, ``node_files_removed`` named fields) kept
+#: every key and shape, so it is version 1 still.
 SCHEMA = 1
 
 
@@ -130,7 +133,65 @@ def node_next(state: NodeStatus, event: NodeEvent) -> NodeStatus | None:
     return NODE_TABLE.get((state, event))
 
 
-@dataclass
+class Controller(TypedDict):
+    """The process that follows the run (:func:`ddptui.store.owner.this_controller`)."""
+
+    host: str
+    boot: str
+    pid: int
+    start: str
+    detached: NotRequired[bool]  # it let go of the run (``ddptui attach`` takes it up)
+
+
+class Preflight(TypedDict):
+    seconds: float
+    ok: bool
+    problems: list[str]
+
+
+class SyncStats(TypedDict):
+    """One node's sync (:func:`ddptui.sync.manifest.stats`); tests read these counts."""
+
+    digest: str
+    files_sent: int
+    bytes_sent: int
+    files: int
+    seconds: float
+    cached: bool
+
+
+class Rendezvous(TypedDict):
+    """The store's node, address and port, and the port's lock there (launch.reserve)."""
+
+    node: str
+    host: str
+    port: int
+    lock: str
+
+
+class NcclMeta(TypedDict):
+    """The NCCL facts and ddptui's warnings about them, so that a script reading
+    ``run.json`` needs no ddptui to know what is wrong (``live.nccl_watch.facts_meta``)."""
+
+    nccl: dict[str, JSON]
+    nccl_warnings: list[dict[str, JSON]]
+
+
+class Note(TypedDict):
+    """When a command other than the run's own wrote to its record, and which."""
+
+    at: float
+    by: str
+
+
+class Reconciled(Note):
+    """What a stale run's nodes said when it was settled (:mod:`ddptui.afterwards.reconcile`)."""
+
+    alive: dict[str, list[int]]
+    unreachable: NotRequired[dict[str, str]]
+
+
+@dataclass(frozen=True)
 class NodeRecord:
     """One node in ``run.json``: enough to find and stop its part of the run without the
     hosts file. ``run_dir`` is the node dir (the key older runs wrote)."""
@@ -142,40 +203,88 @@ class NodeRecord:
     cleanup: str | None = None  # what the reaper did there, in ddptui's words
 
 
-@dataclass
+class NodeChanges(TypedDict, total=False):
+    """The fields of a :class:`NodeRecord` that change once it is recorded."""
+
+    pgid: int | None
+    cleanup: str | None
+
+
+class RunChanges(TypedDict, total=False):
+    """The fields of a :class:`RunRecord` that change after it is made: what
+    :meth:`RunRecord.changed` (and so the :class:`~ddptui.store.record.Recorder`) takes, each
+    with its type, so that a misspelt or mistyped change is the type checker's error."""
+
+    config: dict[str, JSON]
+    status: RunStatus
+    controller: Controller | None
+    world_size: int | None
+    started_at: float | None
+    ended_at: float | None
+    exit_code: int | None
+    error: list[str] | None
+    preflight: Preflight | None
+    sync: dict[str, SyncStats] | None
+    node_exit_codes: dict[str, int | None] | None
+    diagnosis: dict[str, JSON] | None
+    diagnosis_error: str | None
+    diagnosed: Note | None
+    nccl: dict[str, JSON] | None
+    nccl_warnings: list[dict[str, JSON]] | None
+    unstopped: list[str] | None
+    rendezvous: Rendezvous | None
+    slurm: str | None
+    reconciled: Reconciled | None
+    node_files_removed: Note | None
+
+
+@dataclass(frozen=True)
 class RunRecord:
-    """``run.json``, typed. Fields left None are not written, as before this record; keys
-    that other commands add (``reconciled``, ``node_files_removed``) ride in ``extra``."""
+    """``run.json``, typed, and never changed in place: a change makes a new record
+    (:meth:`changed`), so that a reader's copy stays as it was read. Fields left None are not
+    written, as before this record; keys this ddptui does not know ride in ``extra``. What it
+    keeps of other modules' records (the hosts file as resolved, a diagnosis, the NCCL facts)
+    is ``JSON``, read back by their owners (``HostsConfig.from_dict``, ...), not here."""
 
     run_id: str
-    config: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, JSON] = field(default_factory=dict)
     status: RunStatus = RunStatus.IDLE
-    controller: dict[str, Any] | None = None
+    controller: Controller | None = None
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
     world_size: int | None = None
     started_at: float | None = None
     ended_at: float | None = None
     exit_code: int | None = None
     error: list[str] | None = None
-    preflight: dict[str, Any] | None = None
-    sync: dict[str, Any] | None = None
+    preflight: Preflight | None = None
+    sync: dict[str, SyncStats] | None = None
     node_exit_codes: dict[str, int | None] | None = None
-    diagnosis: dict[str, Any] | None = None
+    diagnosis: dict[str, JSON] | None = None  # Diagnosis.to_dict()
     diagnosis_error: str | None = None
-    nccl: dict[str, Any] | None = None
-    nccl_warnings: list[Any] | None = None
+    #: A diagnosis made again from the stored logs (:mod:`ddptui.afterwards.hindsight`).
+    diagnosed: Note | None = None
+    nccl: dict[str, JSON] | None = None  # NcclFacts.to_dict()
+    nccl_warnings: list[dict[str, JSON]] | None = None
     unstopped: list[str] | None = None
-    #: The store's node, address and port, and the port's lock there (launch.reserve).
-    rendezvous: dict[str, Any] | None = None
+    rendezvous: Rendezvous | None = None
     #: The Slurm allocation given back at the end, if ddptui asked for it (slurm.allocation).
     slurm: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    reconciled: Reconciled | None = None
+    #: ``ddptui clean`` removed (or found gone) the run's node dirs.
+    node_files_removed: Note | None = None
+    extra: dict[str, JSON] = field(default_factory=dict)
     #: Fields set since the record was made or read: written even when None (a reader may
     #: count on ``"diagnosis": null`` meaning "looked, found none").
-    written: set[str] = field(default_factory=set, repr=False, compare=False)
+    written: frozenset[str] = field(default_factory=frozenset, repr=False, compare=False)
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"schema": SCHEMA}
+    def changed(self, **changes: Unpack[RunChanges]) -> RunRecord:
+        return replace(self, **changes, written=self.written | changes.keys())
+
+    def with_nodes(self, nodes: dict[str, NodeRecord]) -> RunRecord:
+        return replace(self, nodes=nodes)
+
+    def to_json(self) -> dict[str, JSON]:
+        out: dict[str, JSON] = {"schema": SCHEMA}
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name in ("extra", "written") or (value is None and f.name not in self.written):
@@ -186,25 +295,28 @@ class RunRecord:
         return {**out, **self.extra}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RunRecord:
-        known = {f.name for f in fields(cls)} - {"extra", "written"}
+    def from_json(cls, data: Mapping[str, Any]) -> RunRecord:
+        """Any ``run.json`` this ddptui or an older one wrote (schema 1, or none); KeyError,
+        TypeError or ValueError when it is not one. ``Any``: what ``json`` read, each field
+        kept as it was written (older runs' records are read, not judged, here)."""
+        known = _FIELDS - {"extra", "written"}
         kw: dict[str, Any] = {k: v for k, v in data.items() if k in known}
-        kw["status"] = RunStatus.read(data.get("status", RunStatus.IDLE))
-        kw["nodes"] = {str(n["name"]): NodeRecord(
-            name=str(n["name"]), node_rank=int(n["node_rank"]), run_dir=str(n["run_dir"]),
-            pgid=n.get("pgid"), cleanup=n.get("cleanup")) for n in data.get("nodes", [])}
+        status = data.get("status")
+        kw["status"] = RunStatus.read(status if isinstance(status, str) else None)
+        nodes = data.get("nodes") or []
+        if not isinstance(nodes, list):
+            raise TypeError(f"run.json's nodes are not a list: {nodes!r}")
+        kw["nodes"] = {str(n["name"]): _node_record(n) for n in nodes if isinstance(n, dict)}
         extra = {k: v for k, v in data.items() if k not in known and k != "schema"}
-        return cls(**kw, extra=extra, written=set(kw))
+        return cls(**kw, extra=extra, written=frozenset(kw))
 
-    def update(self, **changes: Any) -> None:
-        """Set fields by name; an unknown name is a bug, not a new key."""
-        for name, value in changes.items():
-            if name == "status":
-                value = RunStatus(value)
-            elif name not in _FIELDS or name in ("nodes", "extra", "written", "run_id"):
-                raise KeyError(f"run.json has no field {name!r} to set")
-            setattr(self, name, value)
-            self.written.add(name)
+
+def _node_record(n: Mapping[str, Any]) -> NodeRecord:
+    rank, pgid, cleanup = n["node_rank"], n.get("pgid"), n.get("cleanup")
+    if not isinstance(rank, int) or not (pgid is None or isinstance(pgid, int)):
+        raise TypeError(f"run.json's node {n.get('name')!r} has no whole node rank or pgid")
+    return NodeRecord(str(n["name"]), rank, str(n["run_dir"]), pgid,
+                      cleanup if isinstance(cleanup, str) else None)
 
 
 _FIELDS = frozenset(f.name for f in fields(RunRecord))

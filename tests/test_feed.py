@@ -7,6 +7,8 @@ from typing import Any
 
 from ddptui.engine.wire import (
     Backlog,
+    Done,
+    Message,
     apply_change,
     decode,
     encode,
@@ -17,7 +19,8 @@ from ddptui.engine.wire import (
 from ddptui.events import Failure, Level, LogLine, Metric, NodeState, NodeStatus, RunStatus, Source
 from ddptui.ingest import parse_chunk
 from ddptui.nodelog import NodeLogParser
-from ddptui.store.store import Change, Store
+from ddptui.store.changes import Applied, NodeAdded, RunSet, Skipped
+from ddptui.store.store import Store
 
 T0 = 1_700_000_000.0
 
@@ -36,35 +39,37 @@ def mixed_events() -> list[Any]:
 
 
 def test_a_batch_travels_whole_and_in_order() -> None:
-    changes: list[Change] = [("node", "a", 0), ("apply", mixed_events()),
-                             ("run", {"status": "running", "world_size": 4}), ("skip", 3),
-                             ("apply", [])]
-    assert decode(encode(changes)) == changes
+    changes: list[Message] = [NodeAdded("a", 0), Applied(mixed_events()),
+                              RunSet({"status": RunStatus.RUNNING, "world_size": 4}),
+                              Skipped(3), Applied([]), Done(None)]
+    back = decode(encode(changes))
+    assert back == changes and [type(m) for m in back] == [type(m) for m in changes]
 
 
 def test_lines_travel_as_columns_not_objects() -> None:
     lines = [LogLine("a", f"line {i}", T0 + i, rank=i % 4) for i in range(1000)]
-    assert len(encode([("apply", lines)])) < 40 * len(lines)
-    assert decode(encode([("apply", lines)]))[0][1] == lines
+    assert len(encode([Applied(lines)])) < 40 * len(lines)
+    assert decode(encode([Applied(lines)])) == [Applied(lines)]
 
 
 def test_split_keeps_order_and_bounds_each_part() -> None:
     events = mixed_events() * 5  # 40 events
-    changes: list[Change] = [("run", {"status": "x"}), ("apply", events), ("node", "c", 2),
-                             ("apply", events[:3])]
+    changes: list[Message] = [RunSet({"message": "x"}), Applied(events), NodeAdded("c", 2),
+                              Applied(events[:3])]
     parts = split_changes(changes, 7)
     for part in parts:
-        assert sum(len(ch[1]) if ch[0] == "apply" else 1 for ch in part) <= 7
-    flat = [e for part in parts for ch in part for e in (ch[1] if ch[0] == "apply" else [ch])]
+        assert sum(len(ch.events) if type(ch) is Applied else 1 for ch in part) <= 7
+    flat = [e for part in parts for ch in part
+            for e in (ch.events if type(ch) is Applied else [ch])]
     assert flat == [changes[0], *events, changes[2], *events[:3]]
     assert split_changes([], 5) == []
 
 
 def test_backlog_hands_over_everything_when_read_in_time() -> None:
     b = Backlog(max_lines=100, keep_lines=10)
-    b.add(("apply", mixed_events()))
-    b.add(("run", {"status": "running"}))
-    assert b.take(0) == [("apply", mixed_events()), ("run", {"status": "running"})]
+    b.add(Applied(mixed_events()))
+    b.add(RunSet({"status": RunStatus.RUNNING}))
+    assert b.take(0) == [Applied(mixed_events()), RunSet({"status": RunStatus.RUNNING})]
     started = time.monotonic()
     assert b.take(0.05) == []
     assert time.monotonic() - started < 2
@@ -78,17 +83,18 @@ def test_backlog_far_behind_keeps_the_newest_lines_and_every_other_event() -> No
         batch.append(NodeState("a", NodeStatus.RUNNING, T0 + i))
         batch.append(Metric("a", 0, "metric", i, {"loss": 1.0}, T0, text="@ddptui"))
         sent.extend(batch)
-        b.add(("apply", batch))
+        b.add(Applied(batch))
     changes = b.take(0)
-    assert changes[0][0] == "skip"
-    got = [e for ch in changes[1:] for e in ch[1]]
+    skipped = changes[0]
+    assert type(skipped) is Skipped
+    got = [e for ch in changes[1:] if type(ch) is Applied for e in ch.events]
     lines = [e.text for e in got if type(e) is LogLine]
     others = [e for e in sent if type(e) is not LogLine]
     assert [e for e in got if type(e) is not LogLine] == others
     # a metric is a line too: what is left stays under the bound, newest lines last
     assert len(lines) + len(others) // 2 <= 50
     assert lines == [e.text for e in sent if type(e) is LogLine][-len(lines):]
-    assert changes[0][1] == 60 - len(lines)
+    assert skipped.lines == 60 - len(lines)
 
 
 def run_into(store: Store, n: int, start: int = 0) -> None:
@@ -122,7 +128,7 @@ def test_a_replica_is_the_snapshot_plus_every_later_change() -> None:
     original.add_node("a", 0)
     original.set_run(run_id="r", status=RunStatus.RUNNING)
     run_into(original, 120)  # rings already full: the snapshot is what they hold now
-    stream: list[Change] = []
+    stream: list[Message] = []
     snapshot = unpack_snapshot(pack_snapshot(original.subscribe(stream.append)))
     replica = Store.replica(snapshot)
     assert replica.recent_lines()[-1] is replica.rank_tail(
@@ -134,6 +140,7 @@ def test_a_replica_is_the_snapshot_plus_every_later_change() -> None:
     original.set_run(status=RunStatus.FAILED, exit_code=1)
     for part in split_changes(stream, 16):
         for change in decode(encode(part)):
+            assert not isinstance(change, Done)
             apply_change(replica, change)
     same_views(original, replica)
 
@@ -141,7 +148,7 @@ def test_a_replica_is_the_snapshot_plus_every_later_change() -> None:
 def test_lines_a_replica_was_not_sent_are_counted_not_invented() -> None:
     replica = Store()
     replica.apply([LogLine("a", "one", T0, rank=0)])
-    apply_change(replica, ("skip", 500))
+    apply_change(replica, Skipped(500))
     replica.apply([LogLine("a", "two", T0, rank=0)])
     assert replica.not_live == 500
     assert [ln.text for ln in replica.recent_lines()] == ["one", "two"]

@@ -9,15 +9,16 @@ import random
 from collections import deque
 from pathlib import Path
 
-from ddptui.engine.wire import Backlog, apply_change, decode, encode
+from ddptui.engine.wire import Backlog, Done, apply_change, decode, encode
 from ddptui.events import Event, LineRun, LogLine, Source
 from ddptui.faces.headless import Printer
 from ddptui.ingest import MIN_RUN, parse_chunk
 from ddptui.live.evidence import RANK_HEAD, RANK_TAIL, Evidence
 from ddptui.live.follow import Batch
 from ddptui.nodelog import NodeLogParser
+from ddptui.store.changes import Applied, Change, Skipped
 from ddptui.store.ring import LineRing
-from ddptui.store.store import Change, Store
+from ddptui.store.store import Store
 
 #: What a flood's node.log holds, and what may come amid it.
 PLAIN = ["step {i} loss 0.25 tokens/s 51234", "", "a line with ] inside] {i}", "x" * 300,
@@ -181,11 +182,11 @@ def test_the_dashboard_backlog_leaves_out_part_of_a_run() -> None:
     text = "".join(f"[ddptui 0 0] line {i}\n" for i in range(100))
     (run,) = parse_chunk(NodeLogParser("n"), text.encode(), 1.0)
     backlog = Backlog(max_lines=150, keep_lines=40)
-    backlog.add(("apply", [run]))
-    backlog.add(("apply", [run]))
+    backlog.add(Applied([run]))
+    backlog.add(Applied([run]))
     changes = backlog.take(0)
-    assert changes[0] == ("skip", 160)
-    kept = [ln.text for ch in changes[1:] for ln in expand(ch[1])]
+    assert changes[0] == Skipped(160)
+    kept = [ln.text for ch in changes[1:] if type(ch) is Applied for ln in expand(ch.events)]
     assert kept == [f"line {i}" for i in range(60, 100)]
 
 
@@ -198,9 +199,10 @@ def test_a_replica_over_the_wire_ends_as_the_store_it_follows(tmp_path: Path) ->
     store.subscribe(sent.append)
     for batch in batches(4):
         store.apply(batch, {})
-    for change in decode(encode(sent)):
+    for change in decode(encode(list(sent))):
+        assert not isinstance(change, Done)
         apply_change(replica, change)
-    assert any(type(e) is LineRun for ch in sent for e in ch[1])
+    assert any(type(e) is LineRun for ch in sent if type(ch) is Applied for e in ch.events)
     assert replica.seq == store.seq
     assert replica.recent_lines() == store.recent_lines()
     assert replica.rank_views() == store.rank_views()

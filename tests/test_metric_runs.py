@@ -21,6 +21,7 @@ from ddptui.metrics.recognizers import BUILT_IN
 from ddptui.metrics.scan import Scanner
 from ddptui.nodelog import NodeLogParser
 from ddptui.store import rundir
+from ddptui.store.changes import Applied, Change
 from ddptui.store.store import Store
 
 NANO = {r.name: r for r in BUILT_IN}["nanogpt"]
@@ -147,13 +148,14 @@ def test_a_metric_run_crosses_the_wire_and_a_replica_charts_it(tmp_path: Path) -
     lines = [f"[ddptui 1 1] iter {n}: loss {n / 7:.4f}, time 1.25ms\n" for n in range(200)]
     batches = _events(lines, [100], True)
     store = Store(tmp_path / "run")
-    snapshot_taken = []
+    snapshot_taken: list[Change] = []
     store.subscribe(snapshot_taken.append)
     for batch in batches:
         store.apply(batch)
     replica = Store(None, mirrored=False)
-    for change in decode(encode(snapshot_taken)):
-        replica.apply(change[1], mirror=False)
+    for change in decode(encode(list(snapshot_taken))):
+        assert type(change) is Applied
+        replica.apply(change.events, mirror=False)
     assert replica.series(1, "loss") == store.series(1, "loss")
     assert len(store.series(1, "loss")[0]) == 200
     out, want = io.StringIO(), io.StringIO()

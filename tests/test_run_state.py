@@ -102,9 +102,14 @@ def test_each_end_has_its_event_and_every_report_has_one() -> None:
 def test_the_record_round_trips_and_keeps_what_others_wrote() -> None:
     data = {"run_id": "r1", "config": {"path": "h.yaml"}, "status": "running",
             "nodes": [{"name": "a", "node_rank": 0, "run_dir": "/w/a", "pgid": 12}],
-            "world_size": 2, "reconciled": {"at": 1.0}, "node_files_removed": "gone"}
+            "world_size": 2, "controller": {"host": "h", "boot": "b", "pid": 7, "start": "9"},
+            "reconciled": {"at": 1.0, "by": "ddptui logs --check", "alive": {}},
+            "node_files_removed": {"at": 2.0, "by": "ddptui clean"},
+            "from_a_newer_ddptui": {"kept": [1, 2]}}
     rec = RunRecord.from_json(data)
     assert rec.status is R.RUNNING and rec.nodes["a"] == NodeRecord("a", 0, "/w/a", 12)
+    assert rec.reconciled == data["reconciled"] and rec.extra == {
+        "from_a_newer_ddptui": {"kept": [1, 2]}}
     out = rec.to_json()
     assert out["schema"] == SCHEMA
     assert {k: v for k, v in out.items() if k != "schema"} == {
@@ -112,15 +117,49 @@ def test_the_record_round_trips_and_keeps_what_others_wrote() -> None:
                            "cleanup": None}]}
 
 
-def test_a_field_set_to_none_is_written_and_an_unknown_one_is_refused() -> None:
+def test_an_old_run_json_without_schema_or_nodes_reads() -> None:
+    """What ddptui wrote before the typed record (no ``schema``; a launch that failed before
+    its plan: no ``nodes``) reads, and is written back with every key it had."""
+    old = {"run_id": "r0", "config": {"path": "h.yaml", "nodes": []}, "status": "failed",
+           "error": ["node a: unreachable"], "started_at": 5.0, "ended_at": 6.0}
+    rec = RunRecord.from_json(old)
+    assert rec.nodes == {} and rec.error == ["node a: unreachable"] and rec.ended_at == 6.0
+    assert rec.to_json() == {"schema": SCHEMA, **old, "nodes": []}
+
+
+def test_a_field_set_to_none_is_written_and_a_change_makes_a_new_record() -> None:
     rec = RunRecord("r1")
     assert "diagnosis" not in rec.to_json()  # never looked: not written
-    rec.update(diagnosis=None, status="failed")
-    assert rec.to_json()["diagnosis"] is None and rec.to_json()["status"] == "failed"
-    with pytest.raises(KeyError):
-        rec.update(diagnosys={})
-    with pytest.raises(ValueError):
-        rec.update(status="exploded")
+    after = rec.changed(diagnosis=None, status=R.FAILED)
+    assert after.to_json()["diagnosis"] is None and after.to_json()["status"] == "failed"
+    assert rec.status is R.IDLE and "diagnosis" not in rec.to_json()  # the old one as it was
+    with pytest.raises(TypeError):
+        rec.changed(**{"diagnosys": {}})  # type: ignore[arg-type]  # what mypy refuses
+
+
+def test_the_type_checker_refuses_a_misspelt_or_mistyped_change(tmp_path: Path) -> None:
+    """The record's changes are typed: a field that does not exist, a status given as a
+    string, a node's pgid as text, are mypy's errors (the run's own code is checked so)."""
+    import subprocess
+    import sys
+
+    src = tmp_path / "changes.py"
+    src.write_text(
+        "from pathlib import Path\n"
+        "from ddptui.events import RunStatus\n"
+        "from ddptui.run_state import RunRecord\n"
+        "from ddptui.store.record import Recorder\n"
+        "rec = Recorder(Path('.'), RunRecord('r1'))\n"
+        "rec.update(status=RunStatus.FAILED, exit_code=1, sync=None)\n"  # fine
+        "rec.update(diagnosys=None)\n"
+        "rec.update(status='failed')\n"
+        "rec.node('a', pgid='12')\n")
+    res = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental",
+                          "--follow-imports=silent", str(src)],
+                         capture_output=True, text=True, timeout=300,
+                         cwd=Path(__file__).resolve().parents[1])
+    errors = [ln for ln in res.stdout.splitlines() if ": error:" in ln]
+    assert [ln.split(":")[1] for ln in errors] == ["7", "8", "9"], res.stdout
 
 
 def test_the_recorder_writes_whole_files_from_many_threads(tmp_path: Path) -> None:
@@ -134,5 +173,5 @@ def test_the_recorder_writes_whole_files_from_many_threads(tmp_path: Path) -> No
     saved = json.loads((tmp_path / "run.json").read_text())
     assert [n["pgid"] for n in saved["nodes"]] == [100 + i for i in range(8)]
     assert rec.pgid("n3") == 103 and rec.node_dir("n5") == "/w/5"
-    with pytest.raises(KeyError):
-        rec.node("n1", pid=1)
+    with pytest.raises(TypeError):
+        rec.node("n1", **{"pid": 1})  # type: ignore[arg-type]  # what mypy refuses

@@ -12,6 +12,7 @@ import pytest
 
 from ddptui.engine.wire import decode, encode
 from ddptui.store import rundir
+from ddptui.store.changes import Applied, Change
 from ddptui.store.samples import read_telemetry
 from ddptui.store.store import Store
 from ddptui.telemetry import alerts
@@ -203,14 +204,15 @@ def test_store_keeps_histories_writes_telemetry_jsonl_and_replicas_get_them(
     samples = _feed(SamplerParser("node1"), (DATA / "sampler-2gpus.out").read_text())
     store.apply(samples[:4])
     store.apply(samples[4:])
-    seen: list[object] = []
+    seen: list[Change] = []
     snap = store.subscribe(seen.append)
     replica = Store.replica(pickle.loads(pickle.dumps(snap)))
     assert [s.time for s in replica.node_samples()["node1"]] == [s.time for s in samples]
     extra = NodeSample("node1", samples[-1].time + 1)
     store.apply([extra])
-    for change in decode(encode(seen)):  # type: ignore[arg-type]
-        replica.apply(change[1], mirror=False)
+    for change in decode(encode(list(seen))):
+        assert type(change) is Applied
+        replica.apply(change.events, mirror=False)
     assert replica.node_samples()["node1"][-1] == extra
     store.close()
     written = list(read_telemetry(tmp_path))

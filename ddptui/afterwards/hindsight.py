@@ -32,8 +32,9 @@ from ddptui.live.evidence import Evidence
 from ddptui.metrics.scan import AUTO, Scanners
 from ddptui.nodelog import NodeLogParser
 from ddptui.outcome import node_end
+from ddptui.run_state import RunRecord
 from ddptui.store import rundir
-from ddptui.store.runs import write_run
+from ddptui.store.record import Recorder
 
 #: Bytes of a raw node copy parsed at a time: a long run's copy is never read whole.
 CHUNK = 1 << 20
@@ -71,11 +72,11 @@ def run_diagnosis(run_dir: Path, meta: dict[str, Any], *, record: bool = False
     if found is not None:
         return found, None
     found, why_not = rediagnose(run_dir, meta)
-    if record:
-        meta.update(diagnosis=found.to_dict() if found else None, diagnosis_error=why_not,
-                    diagnosed={"at": time.time(), "by": f"ddptui logs --check, {MADE_BY}"})
-        with suppress(OSError):  # shown all the same; the next --check writes it
-            write_run(run_dir, meta)
+    if record:  # shown all the same if it cannot be written; the next --check writes it
+        with suppress(KeyError, TypeError, ValueError):  # a record this ddptui cannot type
+            Recorder(run_dir, RunRecord.from_json(meta)).update(
+                diagnosis=found.to_dict() if found else None, diagnosis_error=why_not,
+                diagnosed={"at": time.time(), "by": f"ddptui logs --check, {MADE_BY}"})
     return found, why_not
 
 

@@ -33,8 +33,10 @@ from ddptui.events import NodeStatus, RunStatus
 from ddptui.nodeprog import remains, torchrun_tee
 from ddptui.outcome import node_end
 from ddptui.remote import nodeops
+from ddptui.run_state import RunRecord
 from ddptui.store import rundir
-from ddptui.store.runs import RunSummary, list_runs, read_run, summary_of, write_run
+from ddptui.store.record import Recorder
+from ddptui.store.runs import RunSummary, list_runs, read_run, summary_of
 
 #: What a node says of the run (:mod:`ddptui.nodeprog.remains`).
 CHECK_SRC = nodeprog.source(remains)
@@ -98,13 +100,12 @@ def recorded_ends(run_dir: Path) -> tuple[dict[str, NodeEnd], float | None]:
     return ends, when
 
 
-def record_end(root: Path, run_id: str, meta: dict[str, Any], status: RunStatus, code: int,
-               ends: Mapping[str, NodeEnd], how: str, ended_at: float | None) -> None:
-    meta.update(status=str(status), exit_code=code,
-                node_exit_codes={n: e.exit_code for n, e in ends.items()},
-                ended_at=meta.get("ended_at") or ended_at,
-                reconciled={"at": time.time(), "by": how, "alive": {}})
-    write_run(rundir.run_dir(root, run_id), meta)
+def record_end(recorder: Recorder, status: RunStatus, code: int, ends: Mapping[str, NodeEnd],
+               how: str, ended_at: float | None) -> None:
+    recorder.update(status=status, exit_code=code,
+                    node_exit_codes={n: e.exit_code for n, e in ends.items()},
+                    ended_at=recorder.record().ended_at or ended_at,
+                    reconciled={"at": time.time(), "by": how, "alive": {}})
 
 
 def settle_locally(root: Path, run: RunSummary) -> RunSummary:
@@ -113,23 +114,22 @@ def settle_locally(root: Path, run: RunSummary) -> RunSummary:
         return run
     d = rundir.run_dir(root, run.run_id)
     try:
-        meta = read_run(root, run.run_id)
-    except (OSError, ValueError):
+        recorder = Recorder.of_run(d)
+    except (OSError, ValueError, KeyError, TypeError):
         return run
-    names = [str(n.get("name")) for n in meta.get("nodes", [])]
+    names = list(recorder.record().nodes)
     if not names:  # nodes are recorded before any file is written: none has anything of it
-        meta.update(status=str(RunStatus.FAILED), reconciled={
+        recorder.update(status=RunStatus.FAILED, reconciled={
             "at": time.time(), "by": "its controller was gone before any node had the run",
             "alive": {}})
-        write_run(d, meta)
-        return summary_of(d, meta)
+        return summary_of(d, recorder.record().to_json())
     ends, when = recorded_ends(d)
     if any(n not in ends for n in names):
         return run
     status, code = run_end(names, ends)
-    record_end(root, run.run_id, meta, status, code, ends,
+    record_end(recorder, status, code, ends,
                "its controller was gone; every node's end had been recorded", when)
-    return summary_of(d, meta)
+    return summary_of(d, recorder.record().to_json())
 
 
 def list_settled(root: Path) -> list[RunSummary]:
@@ -185,13 +185,13 @@ def check_run(root: Path, run_id: str) -> Checked:
             ends[name] = NodeEnd(status, got["exit_code"])
             if expired and status is NodeStatus.FAILED:
                 out.never_released[name] = why
+    recorder = Recorder(rundir.run_dir(root, run_id), RunRecord.from_json(meta))
     if out.alive or out.unreachable or not nodes:
-        meta["reconciled"] = {"at": time.time(), "by": "ddptui logs --check",
-                              "alive": out.alive, "unreachable": out.unreachable}
-        write_run(rundir.run_dir(root, run_id), meta)
+        recorder.update(reconciled={"at": time.time(), "by": "ddptui logs --check",
+                                    "alive": out.alive, "unreachable": out.unreachable})
         return out
     names = [str(n["name"]) for n in nodes]
     out.settled, code = run_end(names, ends)
-    record_end(root, run_id, meta, out.settled, code, ends,
+    record_end(recorder, out.settled, code, ends,
                "ddptui logs --check: nothing of the run was left on its nodes", time.time())
     return out

@@ -15,7 +15,6 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ddptui.clean.choice import (
     NODE_SRC,
@@ -36,8 +35,10 @@ from ddptui.launch.plan import expand_home
 from ddptui.outcome import LaunchError
 from ddptui.remote import nodeops
 from ddptui.remote.reach import Failed, connect, map_at_once
+from ddptui.run_state import Note
 from ddptui.store import rundir
-from ddptui.store.runs import NODE_FILES_REMOVED, read_run, state_root, write_run
+from ddptui.store.record import Recorder
+from ddptui.store.runs import state_root
 from ddptui.transport.base import Transport, TransportError
 
 
@@ -187,11 +188,10 @@ def _clean_here(root: Path, report: CleanReport, keep_logs: bool) -> None:
             _note(root, run_id, {"at": now, "by": "found gone by ddptui clean"})
 
 
-def _note(root: Path, run_id: str, note: dict[str, Any]) -> None:
+def _note(root: Path, run_id: str, note: Note) -> None:
     try:
-        meta = read_run(root, run_id)
-    except (OSError, ValueError):
+        recorder = Recorder.of_run(rundir.run_dir(root, run_id))
+    except (OSError, ValueError, KeyError, TypeError):
         return
-    if NODE_FILES_REMOVED not in meta:
-        meta[NODE_FILES_REMOVED] = note
-        write_run(rundir.run_dir(root, run_id), meta)
+    if recorder.record().node_files_removed is None:
+        recorder.update(node_files_removed=note)

@@ -35,13 +35,13 @@ from ddptui.engine.calls import (
     Stop,
     TakeStacks,
 )
-from ddptui.engine.wire import apply_change, decode, unpack_snapshot
+from ddptui.engine.wire import Done, Message, apply_change, decode, unpack_snapshot
 from ddptui.events import RunStatus
 from ddptui.nccl import NcclFacts
 from ddptui.outcome import RunResult, StopReport
 from ddptui.rank_stacks import DUMP_TIMEOUT_S, Stacks
 from ddptui.run_port import Chart, RunPort
-from ddptui.store.store import Change, Store
+from ddptui.store.store import Store
 
 #: How long one :meth:`EngineClient.pump` may keep the dashboard's event loop: a key waits
 #: at most this long behind it. The dashboard pumps often, so this is not a rate limit.
@@ -67,7 +67,7 @@ class EngineClient:
         self._done = False
         self._closing = False
         self._pump_lock = threading.Lock()
-        self._inbox: queue.Queue[list[Change]] = queue.Queue(maxsize=INBOX_MESSAGES)
+        self._inbox: queue.Queue[list[Message]] = queue.Queue(maxsize=INBOX_MESSAGES)
         self._receiver = threading.Thread(target=self._receive, name="engine-feed", daemon=True)
         self._receiver.start()
 
@@ -139,8 +139,8 @@ class EngineClient:
                 except queue.Empty:
                     return
                 for change in changes:
-                    if change[0] == "done":
-                        self.result = change[1]
+                    if isinstance(change, Done):
+                        self.result = change.result
                         self._done = True
                     else:
                         apply_change(self.store, change)

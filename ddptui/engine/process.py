@@ -51,7 +51,7 @@ from ddptui.engine.calls import (
     TakeStacks,
     error_payload,
 )
-from ddptui.engine.wire import Backlog, encode, pack_snapshot, split_changes
+from ddptui.engine.wire import Backlog, Done, Message, encode, pack_snapshot, split_changes
 from ddptui.run_port import RunPort
 from ddptui.store import rundir
 
@@ -212,9 +212,9 @@ class _Engine:
         while True:
             leaving = self.leaving.is_set()
             done = run.done
-            changes = self.backlog.take(0 if done or leaving else SEND_EVERY_S)
+            changes: list[Message] = [*self.backlog.take(0 if done or leaving else SEND_EVERY_S)]
             if done and not told:  # every change of the run came before done was set
-                changes.append(("done", run.result))
+                changes.append(Done(run.result))
                 told = True
             try:
                 for part in split_changes(changes, MESSAGE_EVENTS):

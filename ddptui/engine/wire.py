@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import pickle
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
-from ddptui.events import Level, LineRun, LogLine, Metric, Source
-from ddptui.store.store import Change, Store
+from ddptui.events import Event, Level, LineRun, LogLine, Metric, Source
+from ddptui.outcome import RunResult
+from ddptui.store.changes import Applied, Change, NodeAdded, RunSet, Skipped
+from ddptui.store.store import Store
 
 _SOURCES = list(Source)
 _LEVELS = list(Level)
@@ -67,30 +70,46 @@ def _unpack_events(packed: list[Any]) -> list[Any]:
     return events
 
 
-def encode(changes: list[Change]) -> bytes:
-    out = [("apply", _pack_events(ch[1])) if ch[0] == "apply" else ch for ch in changes]
+class Done(NamedTuple):
+    """The run is over, after every change of it: its result."""
+
+    result: RunResult | None
+
+
+#: What the engine sends the dashboard: the store's changes, then :class:`Done`.
+Message = Change | Done
+#: Each message as a bare tuple on the wire, its kind first, as before the types: no class
+#: travels, so a message is no bigger, and the replica's side rebuilds the type.
+_TAGS: dict[type[Message], str] = {RunSet: "run", NodeAdded: "node", Skipped: "skip",
+                                   Done: "done"}
+_KINDS: dict[str, Callable[..., Message]] = {tag: kind for kind, tag in _TAGS.items()}
+
+
+def encode(messages: list[Message]) -> bytes:
+    out = [("apply", _pack_events(m.events)) if type(m) is Applied else (_TAGS[type(m)], *m)
+           for m in messages]
     return pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def decode(data: bytes) -> list[Change]:
-    changes: list[Change] = pickle.loads(data)
-    for i, ch in enumerate(changes):
-        if ch[0] == "apply":
-            changes[i] = ("apply", _unpack_events(ch[1]))
-    return changes
+def decode(data: bytes) -> list[Message]:
+    plain: list[tuple[Any, ...]] = pickle.loads(data)
+    return [Applied(_unpack_events(p[1])) if p[0] == "apply" else _KINDS[p[0]](*p[1:])
+            for p in plain]
 
 
-def split_changes(changes: list[Change], most: int) -> list[list[Change]]:
-    """Changes in order, in parts of at most ``most`` events (a part may hold several
-    changes; a long ``apply`` is cut into several)."""
-    parts: list[list[Change]] = []
-    part: list[Change] = []
+def split_changes(messages: list[Message], most: int) -> list[list[Message]]:
+    """Messages in order, in parts of at most ``most`` events (a part may hold several
+    messages; a long ``apply`` is cut into several)."""
+    parts: list[list[Message]] = []
+    part: list[Message] = []
     size = 0
-    for ch in changes:
-        events = ch[1] if ch[0] == "apply" else [None]
-        for i in range(0, max(1, len(events)), most):
-            piece = ch if ch[0] != "apply" else ("apply", events[i:i + most])
-            n = len(piece[1]) if ch[0] == "apply" else 1
+    for ch in messages:
+        pieces: list[Message] = [ch]
+        if type(ch) is Applied and len(ch.events) > most:
+            events = ch.events
+            pieces = [Applied(events[i:i + most]) for i in range(0, len(events), most)]
+        for piece in pieces:
+            n = len(piece.events) if type(piece) is Applied else 1
             if part and size + n > most:
                 parts.append(part)
                 part, size = [], 0
@@ -102,18 +121,15 @@ def split_changes(changes: list[Change], most: int) -> list[list[Change]]:
 
 
 def apply_change(store: Store, change: Change) -> None:
-    """One change, as the original store saw it; ``done`` and the like are the caller's."""
-    kind = change[0]
-    if kind == "apply":
-        store.apply(change[1], mirror=False)
-    elif kind == "run":
-        store.set_run(**change[1])
-    elif kind == "node":
-        store.add_node(change[1], change[2])
-    elif kind == "skip":
-        store.skip_lines(change[1])
+    """One change, as the original store saw it; :class:`Done` is the caller's."""
+    if isinstance(change, Applied):
+        store.apply(change.events, mirror=False)
+    elif isinstance(change, RunSet):
+        store.set_run(**change.changes)
+    elif isinstance(change, NodeAdded):
+        store.add_node(change.name, change.node_rank)
     else:
-        raise ValueError(f"not a store change: {kind!r}")
+        store.skip_lines(change.lines)
 
 
 def pack_snapshot(snapshot: dict[str, Any]) -> bytes:
@@ -166,21 +182,21 @@ class Backlog:
     def add(self, change: Change) -> None:
         with self._ready:
             self._changes.append(change)
-            if change[0] == "apply":
-                self._lines += _line_count(change[1])
+            if isinstance(change, Applied):
+                self._lines += _line_count(change.events)
                 if self._lines > self.max_lines:
                     self._drop(self._lines - self.keep_lines)
             self._ready.notify()
 
     def take(self, timeout: float) -> list[Change]:
-        """What is waiting (a ``("skip", n)`` first when lines were left out), after at most
+        """What is waiting (a :class:`Skipped` first when lines were left out), after at most
         ``timeout`` seconds."""
         with self._ready:
             if not self._changes and not self._skipped:
                 self._ready.wait(timeout)
             changes, self._changes, self._lines = self._changes, [], 0
             if self._skipped:
-                changes.insert(0, ("skip", self._skipped))
+                changes.insert(0, Skipped(self._skipped))
                 self._skipped = 0
             return changes
 
@@ -189,10 +205,10 @@ class Backlog:
         for i, ch in enumerate(self._changes):
             if n <= 0:
                 break
-            if ch[0] != "apply":
+            if not isinstance(ch, Applied):
                 continue
-            kept = []
-            for e in ch[1]:
+            kept: list[Event] = []
+            for e in ch.events:
                 if n > 0 and type(e) is LogLine:
                     n -= 1
                     self._skipped += 1
@@ -206,5 +222,5 @@ class Backlog:
                         kept.append(e.after(out))
                 else:
                     kept.append(e)
-            self._changes[i] = ("apply", kept)
+            self._changes[i] = Applied(kept)
 

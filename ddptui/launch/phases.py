@@ -233,7 +233,7 @@ def undo(ctx: LaunchContext, *, kill: bool, cleanup: bool) -> None:
     names them), on every node but those where a run of the same name was found: its
     processes and files are not this launch's."""
     dirs = {n: r.run_dir for n, r in ctx.record.nodes().items() if n not in ctx.not_ours}
-    rdzv = ctx.record.get("rendezvous")
+    rdzv = ctx.record.record().rendezvous
     if kill:
         map_at_once(list(dirs), lambda name: ctx.stopper.stop(name, 2.0))
     if cleanup:

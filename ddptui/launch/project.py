@@ -13,14 +13,13 @@ import posixpath
 import threading
 import time
 from collections import deque
-from typing import Any
 
 from ddptui.config.model import JobConfig
 from ddptui.events import Level, LogLine, Source
 from ddptui.launch.plan import NodeLaunch, Plan, expand_home, module_paths, script_in_project
 from ddptui.launch.ports import Abort, LaunchContext, on_every_node
 from ddptui.remote import nodeops
-from ddptui.run_state import NodeEvent
+from ddptui.run_state import NodeEvent, SyncStats
 from ddptui.store import rundir
 from ddptui.sync.push import Plans, sync_node
 from ddptui.sync.walk import ProjectError, Walked, walk
@@ -86,7 +85,7 @@ def sync_all(ctx: LaunchContext, plan: Plan, walked: Walked | None) -> None:
     if walked is None or job.project is None:
         return
     digest = walked.manifest.digest()
-    counts: dict[str, Any] = {}
+    counts: dict[str, SyncStats] = {}
     lock = threading.Lock()
     plans = Plans()
 

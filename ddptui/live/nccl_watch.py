@@ -20,6 +20,7 @@ from typing import Any
 from ddptui.events import LogLine, Source
 from ddptui.nccl import NcclFacts, nccl_warnings
 from ddptui.nodelog import NodeLogParser
+from ddptui.run_state import NcclMeta
 from ddptui.store import rundir
 
 #: ``run.json`` is rewritten with the facts at most this often while NCCL lines arrive (and
@@ -54,7 +55,7 @@ class NcclWatch:
         """New facts since ``run.json`` last had them, and the period is over."""
         return self._dirty and time.monotonic() >= self._next_save
 
-    def meta(self) -> dict[str, Any]:
+    def meta(self) -> NcclMeta:
         """The facts and ddptui's warnings as ``run.json`` keeps them (only JSON types)."""
         with self._lock:
             self._dirty = False
@@ -78,7 +79,7 @@ class NcclWatch:
             self._dirty = False
 
 
-def facts_meta(facts: NcclFacts) -> dict[str, Any]:
+def facts_meta(facts: NcclFacts) -> NcclMeta:
     """The warnings beside the facts, so that a script reading ``run.json`` needs no
     ddptui to know what is wrong."""
     return {"nccl": facts.to_dict(),

@@ -16,7 +16,7 @@ import threading
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Unpack
 
 from ddptui.config import HostsConfig
 from ddptui.config.secrets import config_masker
@@ -47,17 +47,18 @@ from ddptui.run_state import (
     STATUS_AFTER,
     NodeEvent,
     NodeGate,
+    RunChanges,
     RunEvent,
     RunRecord,
     run_next,
 )
 from ddptui.slurm.ending import JobWatch, job_ended, release
 from ddptui.store import rundir
-from ddptui.store.owner import this_controller
 from ddptui.store.record import Recorder
 from ddptui.store.runs import new_record, run_taken
 from ddptui.store.runs import state_root as resolve_state_root
 from ddptui.store.store import Store
+from ddptui.store.views import run_info_changes
 
 
 class Session:
@@ -84,8 +85,7 @@ class Session:
         for n in config.nodes:
             self.store.add_node(n.name, config.node_rank(n))
         record = record or new_record(self.local_dir, self.run_id, config)  # + hosts.yaml
-        record.controller = this_controller()  # for stale runs
-        self.recorder = Recorder(self.local_dir, record)
+        self.recorder = Recorder.controlling(self.local_dir, record)
         self._state = record.status
         self._nodes = NodeGate([n.name for n in config.nodes], NodeStatus.RUNNING
                                  if record.nodes else NodeStatus.PENDING)  # reopened: up
@@ -124,7 +124,7 @@ class Session:
 
     # The run's state: every change through the table, by this object alone.
 
-    def advance(self, event: RunEvent, **record: Any) -> bool:
+    def advance(self, event: RunEvent, **record: Unpack[RunChanges]) -> bool:
         """Move the run by ``event`` and record it (with ``record``'s fields) in the store
         and ``run.json`` at once; False, changing nothing, when the table refuses it."""
         with self._state_lock:
@@ -132,9 +132,8 @@ class Session:
             if new is None:
                 return False
             self._state = new
-        self.store.set_run(status=new, **{k: v for k, v in record.items()
-                                          if k in ("started_at", "ended_at", "exit_code")})
-        self.recorder.update(status=new, **record)
+        self.store.set_run(**run_info_changes(new, record))
+        self.recorder.update(**(record | {"status": new}))
         return True
 
     def _gate(self, events: list[Event]) -> list[Event]:
@@ -192,7 +191,7 @@ class Session:
         """Undo a launch on every node (one started early too), then raise LaunchError."""
         problems, started = [self.masker.text(p) for p in problems], ctx.started()
         kill, cleanup = kill or started, cleanup or started
-        if self.recorder.has_nodes() or self.recorder.get("rendezvous"):
+        if self.recorder.has_nodes() or self.recorder.record().rendezvous:
             if kill:
                 self._stopping.set()
             phases.undo(ctx, kill=kill, cleanup=cleanup)
@@ -260,7 +259,7 @@ class Session:
         stopped = status is RunStatus.STOPPED
         found, why_not = None, None
         if code != 0 and not stopped:  # a run a person stopped has no cause to find
-            world = self.plan.world_size if self.plan else self.recorder.get("world_size")
+            world = self.plan.world_size if self.plan else self.recorder.record().world_size
             found, why_not = self.evidence.diagnose(names, world, code)
             found = job_ended(self.config, found, self.job.end) or found  # Slurm ended it
         lost = [n for n, f in self._finished.items() if f.status is NodeStatus.LOST]
@@ -345,7 +344,7 @@ class Session:
         if self._state.live:
             self.conclude()
         elif not self._done.is_set():  # ended before: record who is still unreached
-            self.recorder.update(unstopped=[n for n in self.recorder.get("unstopped") or []
+            self.recorder.update(unstopped=[n for n in self.recorder.record().unstopped or []
                                             if n in report.errors])
 
     def detach(self) -> None:
@@ -359,7 +358,7 @@ class Session:
         self.standby.end()
         self.pool.close_all()
         if self.recorder.has_nodes():  # run.json must not name a follower that is no more
-            self.recorder.update(controller={**this_controller(), "detached": True})
+            self.recorder.let_go()
         self.store.close()
 
     @classmethod

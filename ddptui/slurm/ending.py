@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 from ddptui.config import HostsConfig
 from ddptui.diagnose.diagnosis import Cause, Diagnosis
@@ -29,7 +29,7 @@ class _Followed(Protocol):
 
 
 class _RunInfo(Protocol):
-    def set_run(self, **changes: Any) -> None: ...
+    def set_run(self, *, scheduler: str) -> None: ...
 
 
 def job_ended(config: HostsConfig, found: Diagnosis | None, seen: JobEnd | None = None

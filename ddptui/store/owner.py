@@ -14,6 +14,8 @@ import socket
 from enum import StrEnum
 from typing import Any
 
+from ddptui.run_state import Controller
+
 
 class Owner(StrEnum):
     """What is known of a run's controller from this machine."""
@@ -43,7 +45,7 @@ def _start_time(pid: int) -> str:
     return fields[19].decode() if len(fields) > 19 else ""
 
 
-def this_controller() -> dict[str, Any]:
+def this_controller() -> Controller:
     """This process as a run's controller, for ``run.json``."""
     pid = os.getpid()
     return {"host": socket.gethostname(), "boot": _boot_id(), "pid": pid,

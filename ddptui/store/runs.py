@@ -1,4 +1,5 @@
-"""Past runs on this machine: ``run.json`` read and written, and the list of runs.
+"""Past runs on this machine: ``run.json`` read, and the list of runs. Its one writer is
+:class:`ddptui.store.record.Recorder`.
 
 ``run.json`` holds everything needed to reopen a run without the hosts file: the config as
 resolved (the file may have changed since), and for each node its node dir (under the key
@@ -22,7 +23,8 @@ if TYPE_CHECKING:
     from ddptui.config.model import HostsConfig
     from ddptui.run_state import RunRecord
 
-#: run.json's record that ``ddptui clean`` removed (or found gone) the run's node dirs.
+#: run.json's record that ``ddptui clean`` removed (or found gone) the run's node dirs
+#: (:attr:`ddptui.run_state.RunRecord.node_files_removed`).
 NODE_FILES_REMOVED = "node_files_removed"
 
 
@@ -33,20 +35,14 @@ def state_root(explicit: Path | None = None) -> Path:
     return rundir.state_dir(os.environ.get("XDG_STATE_HOME"), os.path.expanduser("~"))
 
 
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Through a rename, so that a reader (``ddptui logs``, attach) never sees half of it."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    os.replace(tmp, path)
-
-
-def write_run(run_dir: Path, data: dict[str, Any]) -> None:
-    write_json(run_dir / rundir.RUN_JSON, data)
-
-
 def read_run(root: Path, run_id: str) -> dict[str, Any]:
+    """The run's ``run.json`` as JSON read it (readers' dicts; :meth:`RunRecord.from_json`
+    types it); OSError or ValueError when it cannot be read."""
     p = rundir.run_dir(root, run_id) / rundir.RUN_JSON
-    return json.loads(p.read_text())
+    data = json.loads(p.read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"{p} holds no record")
+    return data
 
 
 def run_taken(root: Path, run_id: str) -> str | None:

@@ -13,20 +13,19 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from ddptui.events import Event, Failure, LineRun, LogLine, Metric, MetricRun, NodeState, Stall
 from ddptui.store import rundir
+from ddptui.store.changes import Applied, Change, NodeAdded, RunSet
 from ddptui.store.mirror import Mirror, recover_to_checkpoint
 from ddptui.store.ring import LineRing
 from ddptui.store.samples import NodeSamples
 from ddptui.store.series import SeriesBook
-from ddptui.store.views import NodeView, RankView, RunInfo, copy_node
+from ddptui.store.views import NodeView, RankView, RunInfo, RunInfoChanges, copy_node
 from ddptui.telemetry.sample import NodeSample
-
-#: A change as a replica applies it: ("apply", events), ("run", changes), ("node", name, rank).
-Change = tuple[Any, ...]
 
 
 class Store:
@@ -69,18 +68,15 @@ class Store:
             with self._lock:
                 self.nodes.setdefault(name, NodeView(name, node_rank))
             if self._tap is not None:
-                self._tap(("node", name, node_rank))
+                self._tap(NodeAdded(name, node_rank))
 
-    def set_run(self, **changes: Any) -> None:
+    def set_run(self, **changes: Unpack[RunInfoChanges]) -> None:
         with self._write_lock:
             with self._lock:
-                for k, v in changes.items():
-                    if not hasattr(self.run, k):
-                        raise AttributeError(k)
-                    setattr(self.run, k, v)
+                self.run = replace(self.run, **changes)
                 self.version += 1
             if self._tap is not None:
-                self._tap(("run", changes))
+                self._tap(RunSet(changes))
 
     def run_info(self) -> RunInfo:
         with self._lock:
@@ -118,7 +114,7 @@ class Store:
                 except OSError as e:
                     self._stop_mirroring(e)
             if self._tap is not None:
-                self._tap(("apply", list(events)))
+                self._tap(Applied(list(events)))
 
     def skip_lines(self, n: int) -> None:
         """A replica fell so far behind that ``n`` older lines were not sent to it (they are on

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from ddptui.events import NodeStatus, RunStatus
+from ddptui.nccl import NcclFacts
+from ddptui.run_state import RunChanges
 
 
 @dataclass
@@ -41,7 +44,7 @@ class RankView:
 
 @dataclass
 class RunInfo:
-    """The run as a whole, for the header: set by the session, not derived from lines."""
+    """The run as a whole, for the header and the views: set by the session."""
 
     run_id: str = ""
     status: RunStatus = RunStatus.IDLE
@@ -52,6 +55,36 @@ class RunInfo:
     message: str = ""
     #: The scheduler's word on the run's allocation (``slurm 123 RUNNING 01:02:03 left``).
     scheduler: str = ""
+    #: What NCCL said so far, as the run's one gatherer (``ddptui.live.nccl_watch``) has it:
+    #: a copy, never changed once set, so every face reads the same facts from its store.
+    nccl: NcclFacts | None = None
+
+
+class RunInfoChanges(TypedDict, total=False):
+    """What :meth:`ddptui.store.store.Store.set_run` sets of :class:`RunInfo`, each typed."""
+
+    run_id: str
+    status: RunStatus
+    started_at: float | None
+    ended_at: float | None
+    exit_code: int | None
+    world_size: int | None
+    message: str
+    scheduler: str
+    nccl: NcclFacts | None
+
+
+def run_info_changes(status: RunStatus, record: RunChanges) -> RunInfoChanges:
+    """What the header shows of a move of the run and what ``run.json`` records with it:
+    the status, its times and exit code."""
+    out: RunInfoChanges = {"status": status}
+    if "started_at" in record:
+        out["started_at"] = record["started_at"]
+    if "ended_at" in record:
+        out["ended_at"] = record["ended_at"]
+    if "exit_code" in record:
+        out["exit_code"] = record["exit_code"]
+    return out
 
 
 @dataclass

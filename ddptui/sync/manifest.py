@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from ddptui.run_state import SyncStats
 
 #: Hex characters of the digest that names a synced tree on a node (80 bits).
 DIGEST_CHARS = 20
@@ -162,7 +164,7 @@ def done_text(plan: PushPlan, seconds: float, cached: bool) -> str:
             f"({human_bytes(plan.bytes)}) in {seconds:.1f} s")
 
 
-def stats(plan: PushPlan, seconds: float, digest: str, cached: bool) -> Mapping[str, Any]:
+def stats(plan: PushPlan, seconds: float, digest: str, cached: bool) -> SyncStats:
     """What ``run.json`` records of one node's sync (tests read ddptui's own counts here)."""
     return {"digest": digest, "files_sent": 0 if cached else len(plan.send),
             "bytes_sent": 0 if cached else plan.bytes, "files": plan.files,

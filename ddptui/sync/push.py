@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddptui.run_state import SyncStats
 from ddptui.sync.manifest import (
     Entry,
     Manifest,
@@ -119,7 +120,7 @@ def _chunks(header: bytes, plan: PushPlan, walked: Walked, local_root: str,
 
 def sync_node(node: str, transport: Transport, command: str, walked: Walked,
               local_root: str, on_progress: Callable[[str], None],
-              plans: Plans | None = None) -> dict[str, Any]:
+              plans: Plans | None = None) -> SyncStats:
     """Put the project's tree on the node under its digest; return the counts for run.json.
 
     One conversation on one channel (``command``: :data:`ddptui.sync.remote.SYNC_SRC`): the
@@ -179,4 +180,4 @@ def sync_node(node: str, transport: Transport, command: str, walked: Walked,
                         "(`ddptui check` tests it).")
     seconds = time.monotonic() - t0
     on_progress(done_text(plan, seconds, cached=cached))
-    return dict(stats(plan, seconds, digest, cached=cached))
+    return stats(plan, seconds, digest, cached=cached)

@@ -12,7 +12,8 @@ from array import array
 from pathlib import Path
 
 _CHUNK = 1 << 20
-_SEQ = array("q")  # the .seq index's item: its type code and size
+#: The .seq index's item (its type code and size): an int64, in this machine's byte order.
+SEQ = array("q")
 
 
 class LineFile:
@@ -79,16 +80,17 @@ class LineFile:
 
 
 class SeqIndex:
-    """A mirrored log's ``.seq`` index (see ``rundir.SEQ_SUFFIX``): entry ``i`` is the
-    store's sequence number of the log's line ``i``, increasing. Searched in place, a few
-    reads of 8 bytes, never loaded whole (a long run's holds tens of millions)."""
+    """A mirrored log's ``.seq`` index (see ``rundir.SEQ_SUFFIX``): entry ``i`` plus ``i`` is
+    the store's sequence number of the log's line ``i``, which increases. (Less its line's
+    own number, a stretch of consecutive lines, a flood's, is one value repeated.) Searched in
+    place, a few reads of 8 bytes, never loaded whole (a long run's holds tens of millions)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
     def count(self) -> int:
         try:
-            return self.path.stat().st_size // _SEQ.itemsize
+            return self.path.stat().st_size // SEQ.itemsize
         except FileNotFoundError:
             return 0
 
@@ -97,11 +99,11 @@ class SeqIndex:
         start, stop = max(0, start), min(stop, self.count())
         if stop <= start:
             return []
-        out = array(_SEQ.typecode)
+        out = array(SEQ.typecode)
         with open(self.path, "rb") as f:
-            f.seek(start * _SEQ.itemsize)
-            out.frombytes(f.read((stop - start) * _SEQ.itemsize))
-        return out.tolist()
+            f.seek(start * SEQ.itemsize)
+            out.frombytes(f.read((stop - start) * SEQ.itemsize))
+        return [v + i for i, v in enumerate(out, start)]
 
     def below(self, seq: int, stop: int) -> int:
         """How many of the first ``stop`` entries are below ``seq``: the log's line number
@@ -110,8 +112,8 @@ class SeqIndex:
         with open(self.path, "rb") as f:
             while lo < hi:
                 mid = (lo + hi) // 2
-                f.seek(mid * _SEQ.itemsize)
-                if array(_SEQ.typecode, f.read(_SEQ.itemsize))[0] < seq:
+                f.seek(mid * SEQ.itemsize)
+                if array(SEQ.typecode, f.read(SEQ.itemsize))[0] + mid < seq:
                     lo = mid + 1
                 else:
                     hi = mid

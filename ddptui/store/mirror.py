@@ -33,6 +33,7 @@ from ddptui.events import (
 )
 from ddptui.metrics.points import record, run_record
 from ddptui.store import rundir
+from ddptui.store.logfile import SEQ as _SEQ
 
 #: The files recovery removes when the checkpoint never saw them (rank logs aside).
 _WHOLE_RUN_FILES = (rundir.METRICS, rundir.EVENTS, rundir.ALL_LINES,
@@ -75,8 +76,7 @@ class Mirror:
             self._append(rel, ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
         for rel, numbers in seqs.items():
             if numbers and self._is_numbered(rel):
-                self._append(rundir.seq_index_name(rel), numbers.tobytes())
-                self.floor = max(self.floor, numbers[-1])
+                self._number(rel, numbers)
         for f in self._files.values():
             f.flush()
         if not per_file and not raw_done:
@@ -86,6 +86,26 @@ class Mirror:
         tmp.write_text(json.dumps({"sizes": self._sizes, "raw_done": self._raw_done,
                                    "seq": self.floor}))
         os.replace(tmp, self.run_dir / rundir.CHECKPOINT)
+
+    def _number(self, rel: str, numbers: Numbers) -> None:
+        """Append ``rel``'s lines' numbers to its ``.seq`` index, each as its number less its
+        line's (see :class:`ddptui.store.logfile.SeqIndex`): along a stretch of consecutive
+        lines that is one value, repeated at C speed, not a Python int a line."""
+        index = rundir.seq_index_name(rel)
+        if index not in self._files:
+            self._append(index, b"")
+        line = self._sizes[index] // _SEQ.itemsize  # lines numbered so far: one entry each
+        out = array(_SEQ.typecode)
+        for item in numbers:
+            if type(item) is int:
+                out.append(item - line)
+                line += 1
+            else:
+                first, count = cast(tuple[int, int], item)
+                out += array(_SEQ.typecode, (first - line,)) * count
+                line += count
+        self._append(index, out.tobytes())
+        self.floor = max(self.floor, out[-1] + line - 1)
 
     def _is_numbered(self, rel: str) -> bool:
         """Whether ``rel`` has its ``.seq`` index: not when an older ddptui began it."""
@@ -101,47 +121,51 @@ class Mirror:
         self._files.clear()
 
 
-Seqs = dict[str, "array[int]"]  # a mirrored log's name: the seq of each line it is given
+#: The store's sequence numbers of the lines a mirrored log is given: each a line's own, or a
+#: stretch of consecutive ones (first, how many), as a flood's run of lines is.
+Numbers = list[int | tuple[int, int]]
+Seqs = dict[str, Numbers]  # by the log's name
+#: A rank's lines and their numbers, in the batch being sorted.
+_Ranked = tuple[list[str], Numbers]
 
 
 def _records_by_file(events: Iterable[Event], seq: int) -> tuple[dict[str, list[str]], Seqs]:
     """Each event's line or JSON record, under the run-dir-relative name of its file; and
-    for each mirrored log, the store's sequence number of each of its lines (counted as the
-    store counts them, from ``seq``, the batch's first)."""
+    for each mirrored log, the store's sequence numbers of its lines (counted as the store
+    counts them, from ``seq``, the batch's first)."""
     per_file: dict[str, list[str]] = {}
     shown = per_file.setdefault(rundir.ALL_LINES, [])  # the all-ranks view, for its scrollback
-    seqs: Seqs = {rundir.ALL_LINES: array("q")}
-    by_rank: dict[int, list[str]] = {}
+    shown_seqs: Numbers = []
+    seqs: Seqs = {rundir.ALL_LINES: shown_seqs}
+    by_rank: dict[int, _Ranked] = {}
     run: list[LogLine] = []  # rank lines in a row: nearly every event of a flood
     for ev in events:
         if type(ev) is LogLine and ev.rank is not None:
             run.append(ev)
             continue
         if run:
-            _rank_lines(run, seq, shown, by_rank, per_file, seqs)
+            _rank_lines(run, seq, shown, shown_seqs, by_rank, per_file, seqs)
             seq += len(run)
             run.clear()
         if type(ev) is LineRun:  # plain lines: INFO, no record, in the all-ranks view
             body = ev.text[:-1]
             tag = all_view_text(LogLine(ev.node, "", ev.time, rank=ev.rank))  # each line's
             shown.append(tag + body.replace("\n", "\n" + tag))
-            numbers = range(seq, seq + ev.count)
-            seqs[rundir.ALL_LINES].extend(numbers)
-            ranked = by_rank.get(ev.rank)
-            if ranked is None:
-                ranked = by_rank[ev.rank] = per_file.setdefault(rundir.rank_log_name(ev.rank), [])
-            ranked.append(body)
-            seqs.setdefault(rundir.rank_log_name(ev.rank), array("q")).extend(numbers)
+            shown_seqs.append((seq, ev.count))
+            ranked = by_rank.get(ev.rank) or _rank_files(ev.rank, by_rank, per_file, seqs)
+            ranked[0].append(body)
+            ranked[1].append((seq, ev.count))
             seq += ev.count
             continue
         line = ev.as_line() if isinstance(ev, Metric) else ev
         if isinstance(line, LogLine):
             if in_all_view(line):
                 shown.append(all_view_text(line))
-                seqs[rundir.ALL_LINES].append(seq)
+                shown_seqs.append(seq)
             if line.rank is not None:
-                per_file.setdefault(rundir.rank_log_name(line.rank), []).append(line.text)
-                seqs.setdefault(rundir.rank_log_name(line.rank), array("q")).append(seq)
+                ranked = by_rank.get(line.rank) or _rank_files(line.rank, by_rank, per_file, seqs)
+                ranked[0].append(line.text)
+                ranked[1].append(seq)
             elif line.source is Source.SSH:  # ddptui's own words are in no raw node log
                 per_file.setdefault(rundir.EVENTS, []).append(json.dumps(event_record(line)))
             seq += 1
@@ -152,46 +176,46 @@ def _records_by_file(events: Iterable[Event], seq: int) -> tuple[dict[str, list[
         elif isinstance(ev, NodeState | Failure | Stall):  # samples: the store took them out
             per_file.setdefault(rundir.EVENTS, []).append(json.dumps(event_record(ev)))
     if run:
-        _rank_lines(run, seq, shown, by_rank, per_file, seqs)
+        _rank_lines(run, seq, shown, shown_seqs, by_rank, per_file, seqs)
     if not shown:
         del per_file[rundir.ALL_LINES]
     return per_file, seqs
 
 
+def _rank_files(rank: int, by_rank: dict[int, _Ranked], per_file: dict[str, list[str]],
+                seqs: Seqs) -> _Ranked:
+    """Rank ``rank``'s lines and stretches, the first time the batch has one of its lines."""
+    name = rundir.rank_log_name(rank)
+    ranked = by_rank[rank] = (per_file.setdefault(name, []), seqs.setdefault(name, []))
+    return ranked
+
+
 def _rank_lines(run: list[LogLine], seq: int, shown: list[str],
-                by_rank: dict[int, list[str]], per_file: dict[str, list[str]],
-                seqs: Seqs) -> None:
+                shown_seqs: Numbers, by_rank: dict[int, _Ranked],
+                per_file: dict[str, list[str]], seqs: Seqs) -> None:
     """What the general case does for each rank line, a run at a time (its calls per line,
     in_all_view, all_view_text, rank_log_name, cost more than the lines' own writing)."""
     ranks = cast(list[int], [ev.rank for ev in run])  # rank lines: none is None
     texts = [ev.text for ev in run]
-    numbers = range(seq, seq + len(run))
     if any(ev.level is Level.DEBUG for ev in run) or any(
             t.startswith(METRIC_MARK) for t in texts):
         kept = [i for i, ev in enumerate(run) if in_all_view(ev)]
         shown.extend(all_view_text(run[i]) for i in kept)
-        seqs[rundir.ALL_LINES].extend(seq + i for i in kept)
+        shown_seqs.extend(seq + i for i in kept)
     else:
         shown.extend(map("[{}] {}".format, ranks, texts))
-        seqs[rundir.ALL_LINES].extend(numbers)
-    if len(set(ranks)) == 1:  # one rank's lines in a row, as a flood's are
-        name = rundir.rank_log_name(ranks[0])
-        ranked = by_rank.get(ranks[0])
-        if ranked is None:
-            ranked = by_rank[ranks[0]] = per_file.setdefault(name, [])
-        ranked.extend(texts)
-        seqs.setdefault(name, array("q")).extend(numbers)
+        shown_seqs.append((seq, len(run)))
+    if ranks.count(ranks[0]) == len(ranks):  # one rank's lines in a row, as a flood's are
+        ranked = by_rank.get(ranks[0]) or _rank_files(ranks[0], by_rank, per_file, seqs)
+        ranked[0].extend(texts)
+        ranked[1].append((seq, len(run)))
         return
-    numbered: dict[int, array[int]] = {}
-    for rank, text, number in zip(ranks, texts, numbers, strict=True):
-        ranked = by_rank.get(rank)
-        if ranked is None:
-            ranked = by_rank[rank] = per_file.setdefault(rundir.rank_log_name(rank), [])
-        ranked.append(text)
-        at = numbered.get(rank)
-        if at is None:
-            at = numbered[rank] = seqs.setdefault(rundir.rank_log_name(rank), array("q"))
-        at.append(number)
+    for number, rank, text in zip(range(seq, seq + len(run)), ranks, texts, strict=True):
+        got = by_rank.get(rank)
+        if got is None:
+            got = _rank_files(rank, by_rank, per_file, seqs)
+        got[0].append(text)
+        got[1].append(number)
 
 
 def recover_to_checkpoint(run_dir: Path) -> dict[str, int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 from ddptui.events import LineRun, LogLine
 
@@ -103,22 +103,6 @@ class LineRing:
                 need -= 1
         newest_first.reverse()
         return newest_first
-
-
-def group_seqs(run: Sequence[LogLine], groups: Mapping[tuple[str, int | None], object],
-               first: int) -> Mapping[tuple[str, int | None], Sequence[int]]:
-    """The sequence numbers of ``run``'s lines (``first`` the first's) by (node, rank), the
-    keys of ``groups``: one range when the run is one rank's, as a flood's are."""
-    if len(groups) == 1:
-        return dict.fromkeys(groups, range(first, first + len(run)))
-    numbered: dict[tuple[str, int | None], list[int]] = {}
-    for seq, ev in enumerate(run, first):
-        key = (ev.node, ev.rank)
-        got = numbered.get(key)
-        if got is None:
-            got = numbered[key] = []
-        got.append(seq)
-    return numbered
 
 
 class SkipMarks:

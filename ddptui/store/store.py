@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import Any, Unpack
 
 from ddptui.events import Event, Failure, LineRun, LogLine, Metric, MetricRun, NodeState, Stall
-from ddptui.store import rundir
 from ddptui.store.changes import Applied, Change, NodeAdded, RunSet
 from ddptui.store.mirror import Mirror, recover_to_checkpoint
-from ddptui.store.ring import LineRing
+from ddptui.store.ring import LineRing, SkipMarks
 from ddptui.store.samples import NodeSamples
 from ddptui.store.series import SeriesBook
 from ddptui.store.views import NodeView, RankView, RunInfo, RunInfoChanges, copy_node
@@ -48,6 +47,7 @@ class Store:
         self._book = SeriesBook(series_points)  # the metric series (ddptui.store.series)
         self._tap: Callable[[Change], None] | None = None
         self.not_live = 0  # lines a replica too far behind was not sent (see skip_lines)
+        self.skips = SkipMarks()  # where it was: a replica's seqs as the original's
         self.nodes: dict[str, NodeView] = {}
         self.ranks: dict[int, RankView] = {}
         self.failures: list[Failure] = []
@@ -90,6 +90,9 @@ class Store:
         """
         with self._write_lock:
             with self._lock:
+                if mirror and self._mirror is not None:  # numbers go on from the disk's
+                    self._seq = max(self._seq, self._mirror.floor)
+                first_seq = self._seq + 1
                 run: list[LogLine] = []  # lines in a row: nearly every event, taken together
                 add, apply_one = run.append, self._apply_one
                 for ev in events:
@@ -110,7 +113,8 @@ class Store:
                 self.version += 1
             if self._mirror is not None and mirror:
                 try:
-                    self._mirror.write(self.samples.take_out(events), raw_done or {})
+                    self._mirror.write(self.samples.take_out(events), raw_done or {},
+                                       first_seq)
                 except OSError as e:
                     self._stop_mirroring(e)
             if self._tap is not None:
@@ -121,6 +125,7 @@ class Store:
         disk); views count them among the lines they did not get."""
         with self._write_lock, self._lock:
             self.not_live += n
+            self.skips.add(self._seq, self.not_live)
             self.version += 1
 
     def subscribe(self, tap: Callable[[Change], None]) -> dict[str, Any]:
@@ -133,6 +138,7 @@ class Store:
                 "seq": self._seq,
                 "lines": self._lines.tail(),
                 "rank_lines": {r: ring.tail() for r, ring in self._rank_lines.items()},
+                "rank_seqs": {r: ring.tail_seqs() for r, ring in self._rank_lines.items()},
                 "series": self._book.copy(),
                 "series_source": dict(self._book.source),
                 "nodes": [copy_node(n) for n in self.nodes.values()],
@@ -155,8 +161,8 @@ class Store:
         s._seq = snapshot["seq"]
         s._lines.extend(snapshot["lines"])
         for r, lines in snapshot["rank_lines"].items():
-            s._rank_lines[r] = LineRing(rank_ring)
-            s._rank_lines[r].extend(lines)
+            s._rank_lines[r] = LineRing(rank_ring, numbered=True)
+            s._rank_lines[r].extend(lines, snapshot["rank_seqs"][r])
         s._book.restore(snapshot["series"], snapshot.get("series_source", {}))
         s.nodes = {n.name: n for n in snapshot["nodes"]}
         s.ranks = {r.rank: r for r in snapshot["ranks"]}
@@ -172,13 +178,14 @@ class Store:
     def _apply_lines(self, run: list[LogLine]) -> None:
         """Lines in a row, counted and ringed per (node, rank) rather than per line: the
         readers see none of it before the lock is let go, so only the end state counts."""
-        groups: dict[tuple[str, int | None], list[LogLine]] = {}
-        for ev in run:
+        groups: dict[tuple[str, int | None], tuple[list[LogLine], list[int]]] = {}
+        for seq, ev in enumerate(run, self._seq + 1):  # lines and their numbers, by key
             key = (ev.node, ev.rank)
             group = groups.get(key)
             if group is None:
-                group = groups[key] = []
-            group.append(ev)
+                group = groups[key] = ([], [])
+            group[0].append(ev)
+            group[1].append(seq)
         if len({rank for _, rank in groups}) < len(groups):
             # a rank on two nodes in one run (an elastic restart moved it): line by line, so
             # that it ends on the node of its last line
@@ -189,12 +196,12 @@ class Store:
         self._lines.extend(run)
         last_time = {run[-1].node: run[-1].time} if len(groups) == 1 else {
             ev.node: ev.time for ev in run}
-        for (name, rank), group in groups.items():
-            last = group[-1]
-            ring = self._count(name, rank, group[0].local_rank, len(group), last_time[name],
+        for (name, rank), (lines, seqs) in groups.items():
+            last = lines[-1]
+            ring = self._count(name, rank, lines[0].local_rank, len(lines), last_time[name],
                                last.time, last.attempt)
             if ring is not None:
-                ring.extend(group)
+                ring.extend(lines, seqs)
 
     def _apply_run(self, run: LineRun) -> None:
         """What :meth:`_apply_lines` does for a group, for a run of one rank's lines."""
@@ -203,7 +210,7 @@ class Store:
         ring = self._count(run.node, run.rank, run.local_rank, run.count, run.time, run.time,
                            run.attempt)
         assert ring is not None  # a run is a rank's
-        ring.add_run(run)
+        ring.add_run(run, self._seq - run.count + 1)
 
     def _count(self, name: str, rank: int | None, local_rank: int | None, count: int,
                node_time: float, rank_time: float, attempt: int) -> LineRing | None:
@@ -216,7 +223,7 @@ class Store:
             return None
         ring = self._rank_lines.get(rank)
         if ring is None:
-            ring = self._rank_lines[rank] = LineRing(self._rank_lines_max)
+            ring = self._rank_lines[rank] = LineRing(self._rank_lines_max, numbered=True)
         rv = self.ranks.get(rank)
         if rv is None or rv.node != name or (node is not None and rank not in node.ranks):
             rv = self._rank(rank, name, local_rank)
@@ -324,6 +331,15 @@ class Store:
         with self._lock:
             return self._lines.tail(n)
 
+    def numbered_tail(self, rank: int | None = None) -> tuple[list[LogLine], list[int]]:
+        """The all-ranks ring (``rank`` None) or a rank's, with each line's number."""
+        with self._lock:
+            if rank is None:
+                lines = self._lines.tail()
+                return lines, list(range(self._seq - len(lines) + 1, self._seq + 1))
+            ring = self._rank_lines.get(rank)
+            return ([], []) if ring is None else (ring.tail(), ring.tail_seqs())
+
     def rank_tail(self, rank: int, n: int | None = None) -> list[LogLine]:
         """The newest ``n`` lines of one rank's ring (all of it when ``n`` is None)."""
         with self._lock:
@@ -358,15 +374,6 @@ class Store:
         """Each node's recent telemetry, oldest first."""
         with self._lock:
             return self.samples.copy()
-
-    def rank_log_path(self, rank: int) -> Path | None:
-        return None if self.run_dir is None else rundir.rank_log(self.run_dir, rank)
-
-    def all_log_path(self) -> Path | None:
-        return None if self.run_dir is None else self.run_dir / rundir.ALL_LINES
-
-    def node_log_path(self, node: str) -> Path | None:
-        return None if self.run_dir is None else rundir.node_log(self.run_dir, node)
 
     def _stop_mirroring(self, e: OSError) -> None:
         self.disk_error = f"cannot write to {e.filename or self.run_dir}: {e.strerror or e}"

@@ -46,10 +46,10 @@ Runtime = tuple[float, tuple[int, int, int]]
 
 
 def _list_runs(state_root: Path | None) -> list[RunSummary]:
-    from ddptui.afterwards.reconcile import list_settled
-    from ddptui.store.runs import state_root as resolve
+    """Read only: the dashboard never writes ``run.json`` (see ``ddptui.store.reader``)."""
+    from ddptui.store.reader import run_list
 
-    return list_settled(resolve(state_root))
+    return run_list(state_root)
 
 
 def _tune_runtime() -> Runtime:

@@ -105,8 +105,9 @@ class StackedController(FakeController):
 
 class NcclRun(FakeController):
     """Two nodes of recorded NCCL output: gpu0 bootstraps on loopback, gpu1 guesses its
-    NIC's speed. Its facts are the controller's: fed every NCCL line; ``gone``: the engine
-    ended, as the real client then says."""
+    NIC's speed. Its facts are the controller's: fed every NCCL line, and put in the store as
+    the session puts its gatherer's; ``gone``: the engine ended, as the real client then
+    says."""
 
     def __init__(self, *, gone: bool = False) -> None:
         super().__init__(run_id="nccl-run")
@@ -123,11 +124,15 @@ class NcclRun(FakeController):
         for i, (node, events) in enumerate(self.events.items()):
             self.store.add_node(node, i)
             self.store.apply([NodeState(node, NodeStatus.RUNNING, T0, pid=4100 + i), *events])
+        self.store.set_run(nccl=self.facts())
 
     def nccl_facts(self) -> NcclFacts:
         self.asked += 1
         if self.gone:
             raise EngineError("EOFError: the engine process has ended")
+        return self.facts()
+
+    def facts(self) -> NcclFacts:
         facts = NcclFacts()
         for events in self.events.values():
             for ev in events:

@@ -189,6 +189,8 @@ def test_the_run_keeps_its_facts_in_run_json_and_an_attach_reads_them_back(tmp_p
     assert ctl.nccl_facts().nodes["gpu1"].ranks["1"].network == "Socket"
     ctl.bus.apply([Finished("gpu0", NodeStatus.EXITED, 0), Finished("gpu1", NodeStatus.EXITED, 0)])
     ctl.conclude()
+    shipped = ctl.store.run_info().nccl  # what every face reads: the gatherer's, in the store
+    assert shipped is not None and shipped.to_dict() == ctl.nccl_facts().to_dict()
     meta = json.loads((ctl.local_dir / "run.json").read_text())
     (comm,) = meta["nccl"]["nodes"]["gpu1"]["ranks"]["1"]["comms"].values()
     assert comm["init_seconds"] == pytest.approx(39.0)  # 78 lines between, 0.5 s apart
@@ -202,6 +204,8 @@ def test_the_run_keeps_its_facts_in_run_json_and_an_attach_reads_them_back(tmp_p
     again = Session.attach(ctl.run_id, state_root=tmp_path / "state", follow=False)
     try:
         back = again.nccl_facts()
+        shipped = again.store.run_info().nccl
+        assert shipped is not None and shipped.to_dict() == back.to_dict()
     finally:
         again.detach()
     assert back.to_dict() == ctl.nccl_facts().to_dict()

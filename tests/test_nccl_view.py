@@ -55,7 +55,7 @@ async def test_i_opens_the_view_warnings_over_the_table_and_a_ranks_detail() -> 
     app = nccl_app()
     async with app.run_test(size=(160, 48)) as pilot:
         screen = await opened(pilot, app, "i")
-        assert FakeController.instances[-1].asked >= 1  # again every 2 s while live
+        assert FakeController.instances[-1].asked == 0  # the store's facts: no call
         title = text_of(screen, "#nccl-title")
         assert "nccl-run · 2 node(s), 2 process(es) with NCCL lines · 2 warning(s)" in title
         warnings = text_of(screen, "#nccl-warning-text").splitlines()
@@ -117,15 +117,20 @@ async def test_the_palette_opens_it() -> None:
 
 
 @sync
-async def test_without_the_engine_the_replicas_lines_still_tell() -> None:
-    """The handle cannot answer (its engine ended): the view reads the NCCL lines that the
-    replica's rings hold, and says what they say."""
+async def test_the_view_shows_the_stores_facts_and_gathers_none() -> None:
+    """The handle cannot answer (its engine ended): the view shows the facts the run put in
+    the store; and only those: it reads no line of the replica's rings itself."""
     app = nccl_app(gone=True)
     async with app.run_test(size=(100, 30)) as pilot:
         screen = await opened(pilot, app, "i")
-        assert FakeController.instances[-1].asked >= 1  # again every 2 s while live
+        assert FakeController.instances[-1].asked == 0
         assert table_of(screen)["NCCL"] == ["2.28.9", "2.28.9"]
         assert text_of(screen, "#nccl-warning-text").startswith("✖ node gpu0: NCCL uses")
+        app.store.set_run(nccl=NcclFacts())  # the gatherer's, though the rings hold NCCL lines
+        await pilot.press("r")
+        await pilot.pause()
+        assert table_of(screen) == {"": []}
+        assert "NCCL_DEBUG=INFO" in text_of(screen, "#nccl-warning-text")
 
 
 @sync
@@ -173,7 +178,7 @@ def test_snapshot(snap_compare: Any) -> None:
         await pilot.app.workers.wait_for_complete()
         await pilot.pause()
 
-    run = NcclRun()  # its store alone: the view reads the replica's lines
+    run = NcclRun()  # its store alone: the view reads the facts the run put there
     run.launch()
     app = DashboardApp(None, store=run.store, clock=lambda: T0 + 12)
     assert snap_compare(app, terminal_size=(120, 36), run_before=to_nccl)

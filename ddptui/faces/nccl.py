@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ddptui.events import Level, RunStatus
-from ddptui.live.nccl_watch import facts_from_raw, keep_line_times
+from ddptui.live.nccl_watch import NcclWatch
 from ddptui.nccl import NcclFacts, NcclWarning, nccl_warnings, render_rank, render_table
 from ddptui.nccl.facts import RankFacts
 from ddptui.store import rundir
@@ -44,10 +44,9 @@ def ranks_of(facts: NcclFacts, rank: int) -> list[tuple[str, RankFacts]]:
 
 
 def load_facts(root: Path, run_id: str, meta: dict[str, Any]) -> NcclFacts:
+    """Through the run's own gatherer, as an attach reads them: the same facts."""
     names = [n["name"] for n in meta.get("nodes", []) if isinstance(n, dict) and "name" in n]
-    facts = facts_from_raw(rundir.run_dir(root, run_id), names)
-    keep_line_times(facts, meta.get("nccl"))
-    return facts
+    return NcclWatch.of_run(rundir.run_dir(root, run_id), names, meta.get("nccl")).facts
 
 
 def show_nccl(root: Path | None, run_id: str, *, rank: int | None = None,

@@ -1,5 +1,11 @@
-"""The run's NCCL facts (:mod:`ddptui.nccl`): kept up as the session's lines arrive, saved
-in ``run.json``, and read back from a run directory's raw node logs.
+"""The run's NCCL facts (:mod:`ddptui.nccl`), gathered in one place: kept up as the
+session's lines arrive, saved in ``run.json``, put in the store for every face, and read
+back from a run directory's raw node logs.
+
+:class:`NcclWatch` is the one gatherer: a live run, an attach and a settled run
+(``ddptui nccl``) all feed it NCCL lines through :meth:`NcclWatch.add`, so that no two
+ways of reading them can tell a face different facts. The dashboard gathers none: it reads
+the facts from its replica of the store (:attr:`ddptui.store.views.RunInfo.nccl`).
 
 Live, the facts see only the lines the event parser already classed as NCCL, handed over a
 batch at a time by :class:`ddptui.live.evidence.Evidence`, whose loop looks at every line
@@ -13,7 +19,7 @@ import pickle
 import re
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +49,32 @@ class NcclWatch:
         self._dirty = False
         self._next_save = 0.0
 
-    def add(self, lines: Iterable[LogLine]) -> None:
-        """Lines the event parser classed as NCCL."""
+    def add(self, lines: Iterable[LogLine], *, timed: bool = True) -> None:
+        """Lines the event parser classed as NCCL; ``timed=False`` for lines read back from a
+        raw log, whose times are not when NCCL printed them."""
         with self._lock:
             feed = self.facts.feed
             for ln in lines:
-                feed(ln.node, ln.rank, ln.text, ln.time)
+                feed(ln.node, ln.rank, ln.text, ln.time if timed else None)
         self._dirty = True
+
+    @classmethod
+    def of_run(cls, run_dir: Path, nodes: Iterable[str], saved: object = None) -> NcclWatch:
+        """A run's facts so far from its raw node logs (which hold every line, whatever the
+        store's rings let go), with the init times ``saved`` (``run.json``'s facts) kept."""
+        watch = cls()
+        for node in nodes:
+            watch.add(raw_nccl_lines(run_dir, node), timed=False)
+        keep_line_times(watch.facts, saved)
+        watch._dirty = False
+        return watch
+
+    def publish(self, record: Callable[..., None], set_run: Callable[..., None],
+                **with_them: object) -> None:
+        """The facts to ``run.json`` (``record``: the recorder's update, ``with_them`` in the
+        same write) and to the store (``set_run``), where every face reads them."""
+        record(**self.meta(), **with_them)
+        set_run(nccl=self.snapshot())
 
     def due(self) -> bool:
         """New facts since ``run.json`` last had them, and the period is over."""
@@ -70,10 +95,8 @@ class NcclWatch:
         return copy
 
     def reread(self, run_dir: Path, nodes: Iterable[str], saved: Any = None) -> None:
-        """An attached run's facts so far, from its raw logs (the store's rings may have let
-        its first lines go); init times from ``saved``, the facts its ``run.json`` kept."""
-        facts = facts_from_raw(run_dir, nodes)
-        keep_line_times(facts, saved)
+        """An attached run's facts so far (:meth:`of_run`)."""
+        facts = NcclWatch.of_run(run_dir, nodes, saved).facts
         with self._lock:
             self.facts = facts
             self._dirty = False
@@ -86,34 +109,35 @@ def facts_meta(facts: NcclFacts) -> NcclMeta:
             "nccl_warnings": [w.to_dict() for w in nccl_warnings(facts)]}
 
 
-def feed_raw(facts: NcclFacts, node: str, data: bytes) -> None:
-    """Whole lines of a node's raw log (torchrun's output as the node wrote it). The lines
-    carry no time of their own: init times come from NCCL's ``Init timings`` lines alone."""
+def _raw_lines(node: str, data: bytes) -> Iterable[LogLine]:
+    """The NCCL lines among whole lines of a node's raw log (torchrun's output as the node
+    wrote it), as the event parser makes them live."""
     parser = NodeLogParser(node)
-    feed = facts.feed
     for m in _NCCL_LINE.finditer(data):
         for ev in parser.feed(m.group().decode("utf-8", "replace"), 0.0):
             if type(ev) is LogLine and ev.source is Source.NCCL:
-                feed(node, ev.rank, ev.text, None)
+                yield ev
+
+
+def raw_nccl_lines(run_dir: Path, node: str) -> Iterable[LogLine]:
+    """A node's NCCL lines from the run directory's raw copy of its log (none without one),
+    read a piece at a time."""
+    path = rundir.node_log(run_dir, node)
+    if not path.exists():
+        return
+    with open(path, "rb") as f:
+        rest = b""
+        while chunk := f.read(CHUNK):
+            data = rest + chunk
+            cut = data.rfind(b"\n") + 1
+            yield from _raw_lines(node, data[:cut])
+            rest = data[cut:]
+        yield from _raw_lines(node, rest)
 
 
 def facts_from_raw(run_dir: Path, nodes: Iterable[str]) -> NcclFacts:
-    """Every node's facts from the run directory's raw copies of the node logs (a node
-    without one is left out)."""
-    facts = NcclFacts()
-    for node in nodes:
-        path = rundir.node_log(run_dir, node)
-        if not path.exists():
-            continue
-        with open(path, "rb") as f:
-            rest = b""
-            while chunk := f.read(CHUNK):
-                data = rest + chunk
-                cut = data.rfind(b"\n") + 1
-                feed_raw(facts, node, data[:cut])
-                rest = data[cut:]
-            feed_raw(facts, node, rest)
-    return facts
+    """Every node's facts from the raw logs alone, without ``run.json``'s init times."""
+    return NcclWatch.of_run(run_dir, nodes).facts
 
 
 def keep_line_times(facts: NcclFacts, saved: Any) -> None:

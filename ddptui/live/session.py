@@ -229,8 +229,8 @@ class Session:
         self._finished[item.node] = item
 
     def _applied(self) -> None:
-        if self.evidence.nccl.due():
-            self.recorder.update(**self.evidence.nccl.meta())
+        if self.evidence.nccl.due():  # to run.json, and the store: every face reads them there
+            self.evidence.nccl.publish(self.recorder.update, self.store.set_run)
         self.faults.check(self.store.disk_error, self.recorder.error,
                           {n: f.disk_error for n, f in self._followers.items()})
 
@@ -271,9 +271,9 @@ class Session:
         codes = {n: f.exit_code for n, f in self._finished.items()}
         self.result = RunResult(code, failures, codes, stopped, found, self.faults.text())
         if self.advance(END_EVENT[status], exit_code=code, ended_at=time.time()):
-            self.recorder.update(node_exit_codes=codes,
-                                 diagnosis=found.to_dict() if found else None,
-                                 diagnosis_error=why_not, **self.evidence.nccl.meta())
+            self.evidence.nccl.publish(  # with the run's end: run.json, and the store
+                self.recorder.update, self.store.set_run, node_exit_codes=codes,
+                diagnosis=found.to_dict() if found else None, diagnosis_error=why_not)
         self.samplers.end(frozenset(lost))
         self.store.close()
         self.standby.end()
@@ -381,8 +381,8 @@ class Session:
         launching = record.status is RunStatus.LAUNCHING
         if not launching:
             self.advance(RunEvent.ATTACH)  # an ended run stays as it ended
-        self.store.set_run(run_id=self.run_id, status=self._state,
-                           started_at=record.started_at, world_size=record.world_size)
+        self.store.set_run(run_id=self.run_id, status=self._state, started_at=record.started_at,
+                           world_size=record.world_size, nccl=self.evidence.nccl.snapshot())
         attach.reconnect(self.config, self.pool, self.note)
         self.config = withheld.recover(self.config, self.pool.all(),
                                        {n: r.run_dir for n, r in record.nodes.items()})

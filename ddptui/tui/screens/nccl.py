@@ -1,10 +1,10 @@
 """The NCCL view (``i``): what NCCL chose on every node, what looks wrong, and each rank's
 detail; ``l`` goes to the raw NCCL lines in the log.
 
-The facts come from the run's handle, which asks the engine: the session there fed them
-every NCCL line of the run, where the dashboard's replica only keeps its rings. Without a
-handle that knows them (a store replayed for a test, an engine that is gone) they are built
-from the NCCL lines still in the replica's rings.
+The facts are the run's own, gathered once where the run is (``ddptui.live.nccl_watch``,
+fed every NCCL line) and put in its store, whose replica here has them
+(:attr:`ddptui.store.views.RunInfo.nccl`): the view gathers none itself, so it shows what
+``ddptui nccl`` and the headless summary say. An engine that is gone leaves the last ones.
 
 ``l`` picks the log's NCCL view, and the screen returns it (``dismiss``): the caller shows it
 where it shows logs, as it does with the other dialogs' answers.
@@ -12,10 +12,7 @@ where it shows logs, as it does with the other dialogs' answers.
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.text import Text
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
@@ -23,33 +20,17 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
-from ddptui.engine.calls import EngineError
-from ddptui.events import Level, LogLine, Source
+from ddptui.events import Level
 from ddptui.nccl import NO_LINES, NcclFacts, NcclWarning, nccl_warnings, rank_detail, table_rows
 from ddptui.nccl.facts import RankFacts
-from ddptui.store.store import Store
 from ddptui.tui.ports import NcclOwner
 from ddptui.tui.views import ViewKind, ViewSpec
 
-#: While the run is live, the facts are asked for again this often (NCCL prints most of them
-#: at init, but a job may create communicators at any time).
+#: While the run is live, the store's facts are looked at again this often (NCCL prints most
+#: of them at init, but a job may create communicators at any time).
 REFRESH_S = 2.0
 _STYLE = {Level.ERROR: "bold red", Level.WARNING: "yellow", Level.INFO: "", Level.DEBUG: "dim"}
 _MARK = {Level.ERROR: "✖ ", Level.WARNING: "▲ ", Level.INFO: "• ", Level.DEBUG: "• "}
-
-
-def facts_from_store(store: Store) -> NcclFacts:
-    """The facts of the NCCL lines a store's rings still hold: each rank's ring and the
-    agents' lines, in the order they came."""
-    lines: list[LogLine] = [ln for ln in store.recent_lines()
-                            if ln.rank is None and ln.source is Source.NCCL]
-    for rank in list(store.ranks):
-        lines.extend(ln for ln in store.rank_tail(rank) if ln.source is Source.NCCL)
-    lines.sort(key=lambda ln: ln.time)
-    facts = NcclFacts()
-    for ln in lines:
-        facts.feed_line(ln)
-    return facts
 
 
 def warnings_text(facts: NcclFacts, warnings: list[NcclWarning]) -> Text:
@@ -152,28 +133,15 @@ class NcclScreen(ModalScreen[ViewSpec | None]):
             self.action_reload()
 
     def action_reload(self) -> None:
-        handle = self.owner.session
-        if handle is not None and hasattr(handle, "nccl_facts"):
-            self._fetch(handle)
-        else:
-            self.show(facts_from_store(self.owner.store))
+        self.show(self.owner.store.run_info().nccl or NcclFacts())
 
-    @work(thread=True, exclusive=True, group="nccl")
-    def _fetch(self, handle: Any) -> None:
-        try:
-            facts: NcclFacts | None = handle.nccl_facts()
-        except (EngineError, TimeoutError):
-            facts = None
-        self.app.call_from_thread(self.show, facts)
-
-    def show(self, facts: NcclFacts | None) -> None:
-        """Draw ``facts`` (None: the handle could not say; the replica's lines then)."""
-        if not self.is_attached:  # closed while the engine was answering
-            return
-        if facts is None:
-            facts = facts_from_store(self.owner.store)
+    def show(self, facts: NcclFacts) -> None:
+        """Draw ``facts``, the store's (shared with it: read, never changed), nodes in the
+        run's order."""
         order = {v.name: i for i, v in enumerate(self.owner.store.node_views())}
-        facts.nodes = dict(sorted(facts.nodes.items(), key=lambda kv: order.get(kv[0], 1 << 30)))
+        ordered = NcclFacts()
+        ordered.nodes = dict(sorted(facts.nodes.items(), key=lambda kv: order.get(kv[0], 1 << 30)))
+        facts = ordered
         seen = [(n.node, r.label, r.lines) for n in facts.nodes.values()
                 for r in n.ranks.values()]
         if seen == self._seen:

@@ -54,11 +54,11 @@ def chart_rows(metric: str, log_y: bool, ranks: Sequence[int], series: SeriesFn,
         if xs:
             names.append(rank)
             # a bucket per cell keeps its min and max: the cell's two dot columns
-            data.append(downsample(xs, ys, plot_w))  # type: ignore[arg-type]
+            data.append(downsample(xs, ys, plot_w))
     plotted = {r: len(d[0]) for r, d in zip(names, data, strict=True)}
     title: list[Run] = [(chart_title(metric, log_y, source), BOLD)]
     title += [(f"r{rank} ", i) for i, rank in enumerate(names)]
-    old = [downsample(xs, ys, plot_w) for xs, ys in past if xs]  # type: ignore[arg-type]
+    old = [downsample(xs, ys, plot_w) for xs, ys in past if xs]
     if old:
         title.append(("past run", DIM))
     rows = [title]

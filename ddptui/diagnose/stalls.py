@@ -69,7 +69,7 @@ def collective_timeout(facts: RunFacts, claimed: set[Key], world: int | None = N
     watchdog = _watchdog(by_rank[first.rank], first) if m is not None and first.rank is not \
         None and first.rank in by_rank and m.re is sig.NCCL_WATCHDOG else ""
     evidence = [cite(timed[r]) for r in sorted(timed)][:4]
-    explains = {(by_rank[r].node, r) for r in timed}
+    explains: set[Key] = {(by_rank[r].node, r) for r in timed}
     if culprit is None:
         return [Finding(Cause.COLLECTIVE_TIMEOUT, first.node, None, first.time,
                         f"rank{plural} {waiting} timed out waiting in {kind}{watchdog}; no rank "

@@ -709,6 +709,9 @@ def test_to_dict_is_json_ready() -> None:
     assert data["nodes"][0]["env"] == {"X": "y"}
     assert data["job"]["args"] == ["z"]
     assert type(cfg).from_dict(data) == cfg
+    # JSON types as they are, not only after a round trip: run.json's readers take it as JSON
+    cfg = parse("nodes: [a]\njob: {args: [z], exclude: [y], setup: [x]}\n")
+    assert cfg.to_dict() == json.loads(json.dumps(cfg.to_dict()))
 
 
 def test_key_tuples_match_the_docs() -> None:

@@ -12,10 +12,9 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ddptui.config.model import HostsConfig
-from ddptui.config.secrets import REDACTED, redact_config_dict
+from ddptui.config.secrets import REDACTED, as_list, as_mapping, redact_config_dict
 from ddptui.events import JSON
 
 #: What the saved hosts file of a run is called, beside its ``run.json``.
@@ -88,22 +87,23 @@ def adhoc_document(hosts: Sequence[HostSlot], script: str, args: Sequence[str], 
     return doc
 
 
-def saved_document(config: HostsConfig) -> dict[str, Any]:
+def saved_document(config: HostsConfig) -> dict[str, JSON]:
     """``config`` as a hosts file that parses back to it, secret env values withheld (as
     ``run.json`` holds them: ``***``), for ``SAVED_HOSTS``."""
     d = redact_config_dict(config.to_dict())
-    nodes = []
-    for n in d["nodes"]:
-        n.pop("line", None)
-        nodes.append({k: v for k, v in n.items() if v is not None and v != {}})
-    job = {k: v for k, v in d["job"].items() if v is not None}
+    nodes: list[JSON] = []
+    for n in as_list(d["nodes"]):
+        node = as_mapping(n)
+        node.pop("line", None)
+        nodes.append({k: v for k, v in node.items() if v is not None and v != {}})
+    job: dict[str, JSON] = {k: v for k, v in as_mapping(d["job"]).items() if v is not None}
     if job.pop("module", False):
         job["module"] = job.pop("script")
-    out: dict[str, Any] = {
+    out: dict[str, JSON] = {
         "nodes": nodes,
-        "rendezvous": {k: v for k, v in d["rendezvous"].items() if v is not None},
+        "rendezvous": {k: v for k, v in as_mapping(d["rendezvous"]).items() if v is not None},
         "job": job,
-        "ssh": {k: v for k, v in d["ssh"].items() if v is not None},
+        "ssh": {k: v for k, v in as_mapping(d["ssh"]).items() if v is not None},
         "health": d["health"],
         "metrics": d["metrics"],
     }

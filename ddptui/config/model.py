@@ -240,11 +240,13 @@ class HostsConfig:
 
     def to_dict(self) -> dict[str, JSON]:
         """JSON-ready and exact (``from_dict`` gives it back), for ``run.json``."""
-        d = asdict(self)
+        d = asdict(self)  # which keeps tuples as tuples: each becomes a list here
         d["path"] = str(self.path)
+        d["nodes"] = list(d["nodes"])
         for n in d["nodes"]:
             n["env"] = dict(n["env"])
-        d["job"]["args"] = list(self.job.args)
+        for name in ("args", "exclude", "setup"):
+            d["job"][name] = list(getattr(self.job, name))
         d["secret_env"] = list(self.secret_env)
         d["withheld_env"] = list(self.withheld_env)
         d["metrics"]["patterns"] = list(self.metrics.patterns)

@@ -26,7 +26,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
+
+from ddptui.events import JSON
 
 if TYPE_CHECKING:
     from ddptui.config.model import HostsConfig
@@ -101,25 +103,48 @@ def secret_values(envs: Iterable[Mapping[str, str]], listed: Iterable[str] = ())
     return {v for env in envs for k, v in env.items() if is_secret(k, listed) and v}
 
 
-def redact_config_dict(d: Mapping[str, Any]) -> dict[str, Any]:
+def redact_config_dict(d: Mapping[str, JSON]) -> dict[str, JSON]:
     """A ``HostsConfig.to_dict()`` with secret env values withheld, for ``run.json``.
 
     ``withheld_env`` names what was withheld, so a config read back from ``run.json`` is
     known to be incomplete (see :func:`missing_secrets`) and is never launched as it is.
     """
     out = dict(d)
-    listed = set(d.get("secret_env", ()))
-    withheld: set[str] = set(d.get("withheld_env", ()))
-    nodes = []
-    for n in d.get("nodes", ()):
-        n = dict(n)
-        env = dict(n.get("env", {}))
+    listed = set(_names(d.get("secret_env")))
+    withheld = set(_names(d.get("withheld_env")))
+    nodes: list[JSON] = []
+    for n in as_list(d.get("nodes")):
+        node = as_mapping(n)
+        env = {k: str(v) for k, v in as_mapping(node.get("env")).items()}
         withheld.update(secret_names(env, listed))
-        n["env"] = redact_env(env, listed)
-        nodes.append(n)
+        redacted: dict[str, JSON] = {**redact_env(env, listed)}
+        node["env"] = redacted
+        nodes.append(node)
     out["nodes"] = nodes
-    out["withheld_env"] = sorted(withheld)
+    out["withheld_env"] = [*sorted(withheld)]
     return out
+
+
+def as_list(value: JSON) -> list[JSON]:
+    """A list a ``to_dict()`` holds (absent: empty); anything else is not its record."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise TypeError(f"expected a list in the config's record, not {type(value).__name__}")
+    return value
+
+
+def as_mapping(value: JSON) -> dict[str, JSON]:
+    """A copy of a mapping a ``to_dict()`` holds (absent: empty), as :func:`as_list`."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError(f"expected a mapping in the config's record, not {type(value).__name__}")
+    return dict(value)
+
+
+def _names(value: JSON) -> list[str]:
+    return [str(name) for name in as_list(value)]
 
 
 def missing_secrets(envs: Mapping[str, Mapping[str, str]], withheld: Iterable[str]

@@ -6,8 +6,9 @@ steps, so that a listing never waits on a network:
 
 1. **Locally, at every listing** (:func:`settle_locally`). The mirror's ``events.jsonl``
    holds every node state the session applied. When each node's end is among them, the
-   run's end is known and recorded in ``run.json``; otherwise the run is shown as
-   ``running?`` (see :class:`ddptui.store.runs.RunSummary`).
+   run's end is known (:func:`ddptui.store.reader.recorded_end`, the judge the dashboard's
+   run list shows without writing) and recorded in ``run.json``; otherwise the run is shown
+   as ``running?`` (see :class:`ddptui.store.runs.RunSummary`).
 2. **On its nodes, on request** (:func:`check_run`: ``ddptui logs --check``). Each node is
    asked what is left of the run there: processes carrying its marker, the exit code
    ``launch.sh`` wrote, whether a stop was requested, whether an early-started torchrun
@@ -35,6 +36,7 @@ from ddptui.outcome import node_end
 from ddptui.remote import nodeops
 from ddptui.run_state import RunRecord
 from ddptui.store import rundir
+from ddptui.store.reader import recorded_end
 from ddptui.store.record import Recorder
 from ddptui.store.runs import RunSummary, list_runs, read_run, summary_of
 
@@ -78,28 +80,6 @@ def run_end(names: list[str], ends: Mapping[str, NodeEnd]) -> tuple[RunStatus, i
     return outcome.run_end(names, {n: (e.status, e.exit_code) for n, e in ends.items()})
 
 
-def recorded_ends(run_dir: Path) -> tuple[dict[str, NodeEnd], float | None]:
-    """Each node's last recorded state, if it is an end; and the time of the last one."""
-    last: dict[str, NodeEnd] = {}
-    when = None
-    try:
-        with open(run_dir / rundir.EVENTS, "rb") as f:
-            for raw in f:
-                if b'"node_state"' not in raw:
-                    continue
-                try:
-                    rec = json.loads(raw)
-                    status = NodeStatus(rec["status"])
-                except (ValueError, KeyError):
-                    continue  # a torn last line of a killed session
-                last[str(rec["node"])] = NodeEnd(status, rec.get("exit_code"))
-                when = rec.get("time", when)
-    except OSError:
-        return {}, None
-    ends = {n: e for n, e in last.items() if e.status.finished or e.status is NodeStatus.LOST}
-    return ends, when
-
-
 def record_end(recorder: Recorder, status: RunStatus, code: int, ends: Mapping[str, NodeEnd],
                how: str, ended_at: float | None) -> None:
     recorder.update(status=status, exit_code=code,
@@ -118,17 +98,17 @@ def settle_locally(root: Path, run: RunSummary) -> RunSummary:
     except (OSError, ValueError, KeyError, TypeError):
         return run
     names = list(recorder.record().nodes)
+    end = recorded_end(d, names)  # the judge the dashboard's run list shows, too
+    if end is None:
+        return run
     if not names:  # nodes are recorded before any file is written: none has anything of it
-        recorder.update(status=RunStatus.FAILED, reconciled={
+        recorder.update(status=end.status, reconciled={
             "at": time.time(), "by": "its controller was gone before any node had the run",
             "alive": {}})
         return summary_of(d, recorder.record().to_json())
-    ends, when = recorded_ends(d)
-    if any(n not in ends for n in names):
-        return run
-    status, code = run_end(names, ends)
-    record_end(recorder, status, code, ends,
-               "its controller was gone; every node's end had been recorded", when)
+    assert end.exit_code is not None  # every node's end is on record: the rule gave one
+    record_end(recorder, end.status, end.exit_code, {n: NodeEnd(*e) for n, e in end.nodes.items()},
+               "its controller was gone; every node's end had been recorded", end.at)
     return summary_of(d, recorder.record().to_json())
 
 

@@ -7,17 +7,22 @@ from __future__ import annotations
 
 import io
 import time
+from pathlib import Path
 from typing import NoReturn
 
 import pytest
+from fakes import ScriptedRun
 from replay import node_events
+from test_engine_process import engine  # noqa: F401 - fixture
 from test_tui_app import make_app, sync, table_text, toasts, until
 
 from ddptui.config.model import HealthConfig
+from ddptui.engine.client import EngineProcess
 from ddptui.events import NodeState, NodeStatus, RunStatus
 from ddptui.faces.headless import Printer
 from ddptui.live.follow import Batch
 from ddptui.live.stalls import HealthWatch
+from ddptui.run_port import RunPort
 from ddptui.store.store import Store
 
 pytestmark = pytest.mark.timeout(60)
@@ -99,3 +104,39 @@ async def test_a_rank_silent_without_an_error_is_stalled_on_every_face() -> None
     assert mark == "stalled"
     assert said[0].removeprefix("[local-a ddptui] ⚠ ") + ". Press k for its Python stack." \
         in shown.splitlines(), shown
+
+
+class QuietRun(ScriptedRun):
+    """Built in an engine process, as a session is: its store a :func:`quiet_run` whose
+    rank 1 ended on an error, judged at launch by the session's own watch, with the headless
+    printer writing to ``headless.out`` in ``local_dir``."""
+
+    def __init__(self, local_dir: str) -> None:
+        super().__init__(local_dir, 0, False, "")
+        self.store = quiet_run(time.time(), ERROR_END)
+
+    def launch(self) -> None:
+        said = headless_says(self.store)
+        (self.local_dir / "headless.out").write_text("".join(f"{ln}\n" for ln in said))
+
+
+def quiet(local_dir: str) -> RunPort:
+    return QuietRun(local_dir)
+
+
+@sync
+async def test_through_the_engine_the_dashboard_says_what_the_headless_face_said(
+        engine: EngineProcess, tmp_path: Path) -> None:  # noqa: F811
+    """The verdict crosses the engine's wire to the dashboard's replica as the watch made
+    it: the same words as the printer's, no stall in the table."""
+    client = engine.open(quiet, str(tmp_path))
+    app = make_app(session_factory=lambda config, root: client)
+    async with app.run_test(size=(160, 48), notifications=True) as pilot:
+        await pilot.press("l")
+        await until(pilot, lambda: "not a stall" in toasts(app), "the verdict's toast")
+        said = (tmp_path / "headless.out").read_text().splitlines()
+        words = [ln.removeprefix("[local-a ddptui] ⚠ ") for ln in said]
+        assert len(words) == 1 and words[0] in toasts(app).splitlines(), (said, toasts(app))
+        await until(pilot, lambda: "r:1" in app.nodes_table.row_keys
+                    and table_text(app)["r:1"][3] != "", "rank 1's row marked")
+        assert table_text(app)["r:1"][3] == "silent after error"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
-from ddptui.events import LogLine, Metric
+from ddptui.events import JSON, LogLine, Metric
 from ddptui.nodelog import NodeLogParser
 from ddptui.store import rundir
 from ddptui.store.runs import (
@@ -107,7 +107,7 @@ def show_logs(root: Path | None, run_id: str | None, *, rank: int | None = None,
     return 0
 
 
-def check_one(base: Path, run_id: str, meta: dict[str, Any], out: TextIO) -> dict[str, Any]:
+def check_one(base: Path, run_id: str, meta: dict[str, JSON], out: TextIO) -> dict[str, JSON]:
     """``ddptui logs RUN_ID --check``: a stale run settled as in the listing (from local
     facts, else by asking its nodes); its ``run.json`` as it is then."""
     from ddptui.afterwards.reconcile import settle_locally
@@ -118,7 +118,7 @@ def check_one(base: Path, run_id: str, meta: dict[str, Any], out: TextIO) -> dic
     return read_run(base, run_id)
 
 
-def show_diagnosis(run_dir: Path, meta: dict[str, Any], *, record: bool, out: TextIO) -> None:
+def show_diagnosis(run_dir: Path, meta: dict[str, JSON], *, record: bool, out: TextIO) -> None:
     """A failed run's diagnosis, in the headless face's words: the one ``run.json`` holds,
     else one made again from the stored logs (``record``: and kept there)."""
     from ddptui.afterwards.hindsight import run_diagnosis

@@ -12,8 +12,9 @@ import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
+from ddptui.events import JSON
 from ddptui.run_state import SyncStats
 
 #: Hex characters of the digest that names a synced tree on a node (80 bits).
@@ -21,26 +22,36 @@ DIGEST_CHARS = 20
 MB = 1_000_000
 
 
+Kind = Literal["file", "dir", "link"]
+_KINDS: dict[str, Kind] = {"file": "file", "dir": "dir", "link": "link"}
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One path of the project, relative to its root with ``/`` separators."""
 
     path: str
-    kind: Literal["file", "dir", "link"]
+    kind: Kind
     mode: int = 0o644  # permission bits; only files and directories have their own
     size: int = 0
     sha256: str = ""  # files
     target: str = ""  # links: relative, inside the project
 
-    def to_list(self) -> list[Any]:
+    def to_list(self) -> list[JSON]:
         return [self.path, self.kind, self.mode, self.size, self.sha256, self.target]
 
     @classmethod
-    def from_list(cls, item: list[Any]) -> Entry:
+    def from_list(cls, item: JSON) -> Entry:
+        """An entry as :meth:`to_list` wrote it; anything else raises ValueError."""
+        if not isinstance(item, list):
+            raise ValueError(f"a manifest entry is a list, not {type(item).__name__}")
         path, kind, mode, size, sha, target = item
-        if kind not in ("file", "dir", "link"):
+        known = _KINDS.get(kind) if isinstance(kind, str) else None
+        if known is None:
             raise ValueError(f"unknown entry kind {kind!r}")
-        return cls(str(path), kind, int(mode), int(size), str(sha), str(target))
+        if not isinstance(mode, int) or not isinstance(size, int):
+            raise ValueError(f"an entry's mode and size are numbers, not {mode!r}, {size!r}")
+        return cls(str(path), known, mode, size, str(sha), str(target))
 
 
 @dataclass(frozen=True)
@@ -90,7 +101,7 @@ class PushPlan:
     files: int = 0  # every file of the manifest
     bytes: int = field(default=0)  # bytes that travel
 
-    def header(self, manifest: Manifest, base: str | None) -> dict[str, Any]:
+    def header(self, manifest: Manifest, base: str | None) -> dict[str, JSON]:
         """What the node-side program reads before the file bytes."""
         return {
             "base": base,

@@ -15,8 +15,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
+from ddptui.events import JSON
 from ddptui.run_state import SyncStats
 from ddptui.sync.manifest import (
     Entry,
@@ -49,21 +49,23 @@ class Plans:
     _made: dict[tuple[str, int], tuple[PushPlan, bytes]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def get(self, answer_text: str, answer: dict[str, Any], manifest: Manifest
+    def get(self, answer_text: str, answer: dict[str, JSON], manifest: Manifest
             ) -> tuple[PushPlan, bytes]:
         key = (answer_text, len(answer_text))
         with self._lock:
             if key not in self._made:
-                m = answer.get("manifest")
-                have = Manifest.of(Entry.from_list(e) for e in m["entries"]) if m else None
+                m, base = answer.get("manifest"), answer.get("base")
+                entries = m.get("entries") if isinstance(m, dict) else None
+                have = (Manifest.of(Entry.from_list(e) for e in entries)
+                        if isinstance(entries, list) else None)
                 plan = plan_push(manifest, have)
-                header = json.dumps(plan.header(manifest, answer.get("base")),
+                header = json.dumps(plan.header(manifest, base if isinstance(base, str) else None),
                                     separators=(",", ":")) + "\n"
                 self._made[key] = (plan, header.encode())
             return self._made[key]
 
 
-def _last_json(stdout: str) -> dict[str, Any] | None:
+def _last_json(stdout: str) -> dict[str, JSON] | None:
     for line in reversed(stdout.strip().splitlines()):
         try:
             d = json.loads(line)
@@ -74,7 +76,7 @@ def _last_json(stdout: str) -> dict[str, Any] | None:
     return None
 
 
-def _answer(buf: bytes | str) -> tuple[str, dict[str, Any]] | None:
+def _answer(buf: bytes | str) -> tuple[str, dict[str, JSON]] | None:
     """The node's first word, as text and parsed; whole lines only, and any line a login
     script printed before it is passed over."""
     text = buf.decode("utf-8", "replace") if isinstance(buf, bytes) else buf

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ddptui.events import JSON
 from ddptui.sync.ignore import Excluder, compile_rule
 from ddptui.sync.manifest import Entry, Manifest, plan_push, progress_text, too_big
 from ddptui.sync.walk import ProjectError, walk
@@ -110,6 +111,17 @@ def test_digest_depends_on_content_mode_links_not_order() -> None:
     assert a.digest() != m(f("a.py", "1"), f("c.py", "2"), Entry("d", "dir", 0o755)).digest()
     assert len(a.digest()) == 20
     assert Manifest.from_json(a.to_json()) == a
+
+
+@pytest.mark.parametrize("item", [
+    "a.py", ["a.py", "fifo", 420, 0, "", ""], ["a.py", "file", "420", 0, "", ""],
+    ["a.py", "file", 420, None, "", ""], ["a.py", "file", 420],
+])
+def test_a_manifest_entry_read_back_is_checked(item: JSON) -> None:
+    """A node's manifest is JSON from elsewhere: an entry of the wrong shape or types is no
+    entry (ValueError, as an unknown kind always was), not an Entry holding a string mode."""
+    with pytest.raises(ValueError):
+        Entry.from_list(item)
 
 
 def test_plan_push_cold_sends_each_content_once() -> None:

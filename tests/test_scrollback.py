@@ -14,6 +14,7 @@ from ddptui.store import rundir
 from ddptui.store.logfile import SeqIndex
 from ddptui.store.reader import page_before
 from ddptui.store.store import Store
+from ddptui.tui.views import ViewKind, ViewSpec
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -56,6 +57,31 @@ async def test_scrollback_lands_on_the_first_line_shown_though_its_text_repeats(
         await settle(pilot, app)
         assert list(log.lines) == shown
         assert log.history == 950 and log.first_seq == 1
+
+
+@sync
+async def test_a_nodes_scrollback_holds_its_ranks_lines(tmp_path: Path) -> None:
+    """A node's view reads the all-ranks log for its ranks' lines (and its own, tagged with
+    its name there), in order."""
+    store = Store(tmp_path / "run", ring_lines=40, rank_lines=40)
+    store.set_run(run_id="two", status=RunStatus.RUNNING, started_at=T0)
+    store.add_node("local-a", 0)
+    store.add_node("local-b", 1)
+    for b in range(6):
+        store.apply([LogLine("local-a" if i % 3 else "local-b", f"line {i}", T0, rank=i % 3)
+                     for i in range(b * 50, b * 50 + 50)])
+    app = make_app(store)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        app.logs_pane.set_view(ViewSpec(ViewKind.NODE, node="local-a"))
+        await settle(pilot, app)
+        log = app.log_view
+        on_a = [f"[{i % 3}] line {i}" for i in range(300) if i % 3]
+        assert list(log.lines) == on_a[-len(log.lines):] and len(log.lines) < len(on_a)
+        await pilot.press("home")
+        await pilot.press("home")
+        await settle(pilot, app)
+        assert list(log.lines) == on_a
 
 
 def mirrored(tmp_path: Path) -> Store:

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddptui.events import JSON
+
 
 @dataclass(frozen=True)
 class TorchInfo:
@@ -186,7 +188,7 @@ def read_csv(text: str) -> list[dict[str, str]]:
     return out
 
 
-def read_gpus(query: str, apps: str, procs: Mapping[str, Any] | None = None,
+def read_gpus(query: str, apps: str, procs: Mapping[str, JSON] | None = None,
               error: str | None = None) -> GpuInfo:
     gpus = []
     for r in read_csv(query):
@@ -197,10 +199,12 @@ def read_gpus(query: str, apps: str, procs: Mapping[str, Any] | None = None,
     for r in read_csv(apps):
         if not r.get("pid", "").isdigit():
             continue
-        info = (procs or {}).get(r["pid"]) or {}
+        info = (procs or {}).get(r["pid"])
+        cmd, run = (info.get("cmd"), info.get("run")) if isinstance(info, dict) else (None, None)
         holders.append(GpuProcess(int(r["pid"]), r.get("process_name", "?"),
                                   _mib(r.get("used_gpu_memory", "")), r.get("gpu_uuid", ""),
-                                  info.get("cmd"), info.get("run")))
+                                  cmd if isinstance(cmd, str) else None,
+                                  run if isinstance(run, str) else None))
     return GpuInfo(tuple(gpus), tuple(holders), error)
 
 

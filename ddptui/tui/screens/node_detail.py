@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -53,7 +53,7 @@ def detail(node: str, history: Sequence[NodeSample], now: float) -> Group:
                      sparkline(mem, 12),
                      f"{_num(g.power)} / {_num(g.power_limit)}", _num(g.temp, unit="C"),
                      _num(g.sm_clock))
-    parts: list[object] = [head, host]
+    parts: list[RenderableType] = [head, host]
     if s.gpus:
         parts.append(gpus)
     elif s.gpu_error:

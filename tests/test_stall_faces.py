@@ -71,7 +71,7 @@ async def dashboard_shows(store: Store) -> tuple[str, str]:
     """The nodes table's mark on rank 1's row, and the toasts, of a dashboard following a
     replica of ``store`` (as one built from the engine's snapshot)."""
     replica = Store.replica(store.subscribe(lambda change: None))
-    app = make_app(replica, clock=time.time, stall_after=STALL_AFTER)
+    app = make_app(replica, clock=time.time)
     async with app.run_test(size=(160, 48), notifications=True) as pilot:
         await until(pilot, lambda: "r:1" in app.nodes_table.row_keys and bool(toasts(app)),
                     "rank 1's row and a toast")

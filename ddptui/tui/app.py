@@ -90,7 +90,6 @@ class DashboardApp(Lifecycle):
         clock: The wall clock for ages, the elapsed time and saved views' names.
         drain_hz: How often the screen reads the store.
         straggler_fraction: Overrides the hosts file's ``health.straggler_fraction``.
-        stall_after: Overrides the hosts file's ``health.stall_after``.
         preflight: Run the fast preflight before each launch (``--no-preflight``: False).
     """
 
@@ -144,7 +143,6 @@ class DashboardApp(Lifecycle):
         clock: Callable[[], float] = time.time,
         drain_hz: float = DRAIN_HZ,
         straggler_fraction: float | None = None,
-        stall_after: float | None = None,
         preflight: bool = True,
     ) -> None:
         super().__init__(config, state_root=state_root,
@@ -159,7 +157,7 @@ class DashboardApp(Lifecycle):
         self.preflight = preflight
         self.clock = clock
         self.drain_hz = drain_hz
-        self._straggler_fraction, self._stall_after = straggler_fraction, stall_after
+        self._straggler_fraction = straggler_fraction
         self._runtime: Runtime | None = None
 
     @property
@@ -178,13 +176,13 @@ class DashboardApp(Lifecycle):
 
     @property
     def health_config(self) -> HealthConfig:
-        """When the nodes table calls a rank stalled or a straggler: the followed run's hosts
-        file, as the engine judges it (then the one to launch, then the defaults)."""
+        """When the nodes table calls a rank a straggler: the followed run's hosts file (then
+        the one to launch, then the defaults). Stalls are the run's own verdicts: no
+        threshold here judges one."""
         config = self._followed_config
         health = config.health if config is not None else HealthConfig()
-        fraction, after = self._straggler_fraction, self._stall_after
-        return replace(health, straggler_fraction=health.straggler_fraction if fraction is None
-                       else fraction, stall_after=health.stall_after if after is None else after)
+        fraction = self._straggler_fraction
+        return health if fraction is None else replace(health, straggler_fraction=fraction)
 
     def get_default_screen(self) -> Screen[Any]:
         self.dashboard = DashboardScreen(self)

@@ -46,7 +46,7 @@ class DashboardOwner(FollowedRun, Protocol):
 
     @property
     def health_config(self) -> HealthConfig:
-        """When the nodes table calls a rank stalled or a straggler."""
+        """When the nodes table calls a rank a straggler (stalls are the run's verdicts)."""
 
     @property
     def visible_devices(self) -> dict[str, str | None]:

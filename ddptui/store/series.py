@@ -19,7 +19,6 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Iterable
-from typing import Any
 
 from ddptui.events import Metric, MetricRun
 from ddptui.metrics.bulk import made
@@ -82,7 +81,7 @@ class SeriesBook:
                 return True
         return not want
 
-    def get(self, rank: int, name: str) -> tuple[list[Any], list[float]]:
+    def get(self, rank: int, name: str) -> tuple[list[int | float], list[float]]:
         if rank in self._waiting:
             self._make(rank)
         s = self.series.get((rank, name))
@@ -91,12 +90,12 @@ class SeriesBook:
     def names(self) -> list[str]:
         return sorted({name for _, name in self.series})
 
-    def copy(self) -> dict[tuple[int, str], tuple[list[Any], list[float]]]:
+    def copy(self) -> dict[tuple[int, str], tuple[list[int | float], list[float]]]:
         for rank in list(self._waiting):
             self._make(rank)
         return {k: (list(s.steps), list(s.values)) for k, s in self.series.items()}
 
-    def restore(self, series: dict[tuple[int, str], tuple[list[Any], list[float]]],
+    def restore(self, series: dict[tuple[int, str], tuple[list[int | float], list[float]]],
                 source: dict[str, tuple[str, str]]) -> None:
         for key, (steps, values) in series.items():
             self.series[key] = Series(deque(steps, maxlen=self.maxlen),
@@ -106,14 +105,16 @@ class SeriesBook:
     def _make(self, rank: int) -> None:
         runs = self._waiting.pop(rank)
         for item in runs:
-            if type(item) is Metric:
+            if isinstance(item, Metric):
                 self._put(item)
                 continue
-            for ev in made(item):  # type: ignore[arg-type]
+            for ev in made(item):
                 self._put(ev)
 
     def _put(self, ev: Metric) -> None:
         rank, step = ev.rank, ev.step
+        if step is None:  # no point: the store adds only metrics with a step
+            return
         for name, value in ev.values.items():
             if name in NOT_SERIES:
                 continue
@@ -128,8 +129,8 @@ class SeriesBook:
 
 
 def _names(item: MetricRun | Metric) -> Iterable[str]:
-    return item.names if type(item) is MetricRun else item.values  # type: ignore[union-attr]
+    return item.names if isinstance(item, MetricRun) else item.values
 
 
 def _lines(item: MetricRun | Metric) -> int:
-    return item.count if type(item) is MetricRun else 1  # type: ignore[union-attr]
+    return item.count if isinstance(item, MetricRun) else 1

@@ -34,7 +34,7 @@ class RankView:
     local_rank: int | None = None
     lines: int = 0
     last_line_time: float | None = None
-    last_step: int | None = None
+    last_step: int | float | None = None  # an epoch fraction is a float
     last_step_time: float | None = None  # wall clock of the last metric with a step
     step_time_s: float | None = None
     samples_per_s: float | None = None

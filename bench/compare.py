@@ -1,5 +1,6 @@
-"""Before and after: the launch, stop, stream and UI-latency benchmarks on two source trees, in
-alternating order, each figure's median per tree and their ratio.
+"""Before and after: the launch, stop, stream and UI-latency benchmarks on two trees in turn.
+
+Each figure is printed for every run, with its median per tree and their ratio.
 
 One command (as root, like the benchmarks it runs)::
 

@@ -11,8 +11,19 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from collections.abc import Iterable, Sequence
+from itertools import repeat
+from typing import NamedTuple
 
 from ddptui.events import LineRun, LogLine
+
+
+class Batch(NamedTuple):
+    """Lines applied together, several ranks' in a row, and the number of the first: a line's
+    own is found by its place among them, when asked (rarely: a rank's view rebuilt, a
+    replica's snapshot), not worked out line by line as they come."""
+
+    lines: tuple[LogLine, ...]
+    first: int
 
 
 class LineRing:
@@ -23,20 +34,22 @@ class LineRing:
     def __init__(self, maxlen: int, numbered: bool = False) -> None:
         self.maxlen = maxlen
         self._parts: deque[LogLine | LineRun] = deque()
-        self._firsts: deque[int] | None = deque() if numbered else None
+        self._firsts: deque[int | Batch] | None = deque() if numbered else None
         self._len = 0
         self._skip = 0  # lines of the oldest part that are out of the ring already
 
     def __len__(self) -> int:
         return self._len
 
-    def extend(self, lines: Iterable[LogLine], seqs: Sequence[int] = ()) -> None:
-        """``seqs``: each line's sequence number, for a numbered ring."""
+    def extend(self, lines: Iterable[LogLine], seqs: Sequence[int] | Batch = ()) -> None:
+        """``seqs``: each line's sequence number, or the batch they are found in, for a
+        numbered ring."""
         before = len(self._parts)
         self._parts.extend(lines)
-        self._len += len(self._parts) - before
+        added = len(self._parts) - before
+        self._len += added
         if self._firsts is not None:
-            self._firsts.extend(seqs)
+            self._firsts.extend(repeat(seqs, added) if isinstance(seqs, Batch) else seqs)
         self._trim()
 
     def add_run(self, run: LineRun, seq: int = 0) -> None:
@@ -90,10 +103,17 @@ class LineRing:
         need = self._len if n is None else min(n, self._len)
         newest_first: list[int] = []
         oldest = self._parts[0] if self._parts else None
+        places: dict[int, dict[int, int]] = {}  # a batch's lines' places, by the batch's id
         for part, first in zip(reversed(self._parts), reversed(firsts), strict=True):
             if need <= 0:
                 break
-            if type(part) is LineRun:
+            if isinstance(first, Batch):
+                at = places.get(id(first))
+                if at is None:
+                    at = places[id(first)] = {id(ln): i for i, ln in enumerate(first.lines)}
+                newest_first.append(first.first + at[id(part)])
+                need -= 1
+            elif type(part) is LineRun:
                 take = min(need, part.count - (self._skip if part is oldest else 0))
                 end = first + part.count - 1
                 newest_first.extend(range(end, end - take, -1))

@@ -20,7 +20,7 @@ from typing import Any, Unpack
 from ddptui.events import Event, Failure, LineRun, LogLine, Metric, MetricRun, NodeState, Stall
 from ddptui.store.changes import Applied, Change, NodeAdded, RunSet
 from ddptui.store.mirror import Mirror, recover_to_checkpoint
-from ddptui.store.ring import LineRing, SkipMarks
+from ddptui.store.ring import Batch, LineRing, SkipMarks
 from ddptui.store.samples import NodeSamples
 from ddptui.store.series import SeriesBook
 from ddptui.store.views import NodeView, RankView, RunInfo, RunInfoChanges, copy_node
@@ -178,14 +178,13 @@ class Store:
     def _apply_lines(self, run: list[LogLine]) -> None:
         """Lines in a row, counted and ringed per (node, rank) rather than per line: the
         readers see none of it before the lock is let go, so only the end state counts."""
-        groups: dict[tuple[str, int | None], tuple[list[LogLine], list[int]]] = {}
-        for seq, ev in enumerate(run, self._seq + 1):  # lines and their numbers, by key
+        groups: dict[tuple[str, int | None], list[LogLine]] = {}
+        for ev in run:
             key = (ev.node, ev.rank)
             group = groups.get(key)
             if group is None:
-                group = groups[key] = ([], [])
-            group[0].append(ev)
-            group[1].append(seq)
+                group = groups[key] = []
+            group.append(ev)
         if len({rank for _, rank in groups}) < len(groups):
             # a rank on two nodes in one run (an elastic restart moved it): line by line, so
             # that it ends on the node of its last line
@@ -196,12 +195,14 @@ class Store:
         self._lines.extend(run)
         last_time = {run[-1].node: run[-1].time} if len(groups) == 1 else {
             ev.node: ev.time for ev in run}
-        for (name, rank), (lines, seqs) in groups.items():
-            last = lines[-1]
-            ring = self._count(name, rank, lines[0].local_rank, len(lines), last_time[name],
+        first = self._seq - len(run) + 1  # one rank's lines are numbered in a row
+        seqs = range(first, self._seq + 1) if len(groups) == 1 else Batch(tuple(run), first)
+        for (name, rank), group in groups.items():
+            last = group[-1]
+            ring = self._count(name, rank, group[0].local_rank, len(group), last_time[name],
                                last.time, last.attempt)
             if ring is not None:
-                ring.extend(lines, seqs)
+                ring.extend(group, seqs)
 
     def _apply_run(self, run: LineRun) -> None:
         """What :meth:`_apply_lines` does for a group, for a run of one rank's lines."""

@@ -24,7 +24,7 @@ Y_LABEL = 7
 PLAIN, DIM, BOLD = -1, -2, -3
 
 Run = tuple[str, int]
-SeriesFn = Callable[[int, str], tuple[list[int], list[float]]]
+SeriesFn = Callable[[int, str], tuple[list[int | float], list[float]]]
 
 
 #: What a series' step counts, as the chart's title says it.

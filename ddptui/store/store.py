@@ -285,7 +285,7 @@ class Store:
         """``ev`` on its rank's view and latest record; whether it has a step (a point)."""
         rv = self._rank(ev.rank, ev.node, None)
         rv.attempt = ev.attempt
-        record = dict(ev.values)
+        record: dict[str, object] = dict(ev.values)  # then the record's other fields
         record.update(ev.extra)
         self.latest.setdefault(ev.rank, {})[ev.kind] = record
         if ev.kind == "summary":
@@ -347,7 +347,7 @@ class Store:
             ring = self._rank_lines.get(rank)
             return [] if ring is None else ring.tail(n)
 
-    def series(self, rank: int, name: str) -> tuple[list[int], list[float]]:
+    def series(self, rank: int, name: str) -> tuple[list[int | float], list[float]]:
         with self._lock:
             return self._book.get(rank, name)
 

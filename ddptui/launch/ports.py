@@ -60,6 +60,12 @@ class NodePool:
         self.put(node.name, transport)
         return transport
 
+    def reopen(self, node: NodeConfig, first: Callable[[], None]) -> Transport:
+        """A follower lost ``node``: ``first`` is told before it is opened again (a Slurm
+        job's watch looks at once, since the job ending is one reason)."""
+        first()
+        return self.open(node)
+
     def put(self, name: str, transport: Transport) -> None:
         with self._lock:
             old, self._by_node[name] = self._by_node.get(name), transport

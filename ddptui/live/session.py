@@ -15,6 +15,7 @@ import secrets
 import threading
 import time
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Unpack
 
@@ -98,8 +99,7 @@ class Session:
         self.result: RunResult | None = None
         self.poll = poll
         self.masker = config_masker(config)  # secret env values, hidden in every line kept
-        self.pool = NodePool(config)
-        self.evidence = Evidence()
+        self.pool, self.evidence = NodePool(config), Evidence()
         self.faults = OwnFaults(self.run_id, config.nodes[0].name, self.note)
         self.bus = EventBus(self.store, self.evidence, self._gate, self._node_finished,
                             self._applied, lambda e: self.faults.failed("consumer", e))
@@ -212,7 +212,7 @@ class Session:
                 raw_path=rundir.node_log(self.local_dir, name), scanner=self.scanner[name],
                 parser=parsers.get(name) or NodeLogParser(name), out=self.bus.queue,
                 masker=self.masker, pgid=self.recorder.pgid(name), stopping=self._stopping,
-                reconnect=lambda node=node: self.job.poke() or self.pool.open(node),  # lost
+                reconnect=partial(self.pool.reopen, node, self.job.poke),  # lost
                 poll=self.poll, chunk=read_size(len(self.config.nodes)), python=node.python)
             self._followers[name] = f
             f.start()

@@ -9,6 +9,7 @@ from ddptui.bars import BarKeeper, BarRows
 from ddptui.engine import wire
 from ddptui.events import Event, LineRun, LogLine, Metric, NodeState, NodeStatus
 from ddptui.nodelog import NodeLogParser
+from ddptui.store.changes import Applied
 
 
 def state(text: str, t: float, rank: int = 0, node: str = "n1") -> LogLine:
@@ -34,8 +35,9 @@ def test_the_parser_reads_the_tees_mark_as_a_bar_state() -> None:
 
 def test_a_state_survives_the_wire_to_the_dashboard() -> None:
     events = [state("50%", 1.0), line("a line", 1.0), state("60%", 2.0, rank=1)]
-    [(kind, got)] = wire.decode(wire.encode([("apply", events)]))
-    assert kind == "apply" and got == events and [e.bar for e in got] == [True, False, True]
+    [got] = wire.decode(wire.encode([Applied(events)]))
+    assert isinstance(got, Applied) and got.events == events
+    assert [e.bar for e in got.events if isinstance(e, LogLine)] == [True, False, True]
 
 
 def test_at_most_a_state_a_second_and_the_last_before_a_line() -> None:

@@ -136,8 +136,11 @@ def test_a_check_tells_a_node_never_released_from_a_lost_one(tmp_path: Path) -> 
 @pytest.mark.torchrun
 def test_a_run_whose_controller_died_is_checked_on_its_nodes_then_attached(
         cluster2: Cluster, tmp_path: Path) -> None:
-    n = 60
-    d = hosts(cluster2, tmp_path, env={"JOB_LINES": str(n), "JOB_DELAY": "0.1"})
+    n, go = 60, tmp_path / "go"
+    # the job holds after its lines until the test has checked it while it runs: under load
+    # the CLI calls before that check can outlast any fixed length of job
+    d = hosts(cluster2, tmp_path, env={"JOB_LINES": str(n), "JOB_DELAY": "0.1",
+                                       "JOB_HOLD": str(go)})
     job = tmp_path / "job"
     job.mkdir()
     path = write_job(job, d)
@@ -160,6 +163,7 @@ def test_a_run_whose_controller_died_is_checked_on_its_nodes_then_attached(
     checked = ddptui("logs", "--check", state=state, timeout=60)
     assert f"run {run_id}: still running on node1 (" in checked.stdout, checked.stdout
     assert status() == "detached"
+    go.touch()
     wait_until(lambda: not marked_pids(run_id), 60, "the job to end on its own")
     checked = ddptui("logs", "--check", state=state, timeout=60)
     assert f"run {run_id}: nothing of it runs on its nodes; recorded as finished" in \

@@ -17,6 +17,7 @@ from textual.containers import Horizontal
 from textual.events import Resize
 from textual.reactive import reactive, var
 from textual.screen import Screen
+from textual.strip import Strip
 from textual.widgets import Footer
 
 from ddptui.chart.rows import store_chart
@@ -237,10 +238,17 @@ class DashboardScreen(Screen[None]):
             rows = label_past(rows, overlay, metric)
         if store is self.owner.store:
             with contextlib.suppress(RuntimeError):  # the app closed meanwhile
-                self.app.call_from_thread(self.chart.show, strips(rows), plotted)
+                self.app.call_from_thread(self._show_chart, strips(rows), plotted)
+
+    # On the loop: the screen may have closed while the chart was built, and a closed screen
+    # has no #chart to find (the query is made here, never in the worker's thread).
+    def _show_chart(self, lines: list[Strip], plotted: dict[int, int]) -> None:
+        if self.is_attached:
+            self.chart.show(lines, plotted)
 
     def _chart_late(self) -> None:
-        self.chart.dirty = True
+        if self.is_attached:
+            self.chart.dirty = True
 
     def redraw_chart(self) -> None:
         """At the next tick, whenever the last drawing was."""

@@ -181,8 +181,8 @@ def catch_up(run_id: str, run_dir: Path, root: Path) -> float:
     if ctl.wait(TIMEOUT_S) is None:
         raise RuntimeError("attach did not take in the finished run")
     took = time.perf_counter() - t0
-    for r in range(len(list((run_dir / rundir.RANKS).iterdir()))):
-        name = rundir.rank_log_name(r)
+    for path in sorted((run_dir / rundir.RANKS).glob("rank*.log")):  # not their .seq indexes
+        name = str(path.relative_to(run_dir))
         if (fresh / name).read_bytes() != (run_dir / name).read_bytes():
             raise RuntimeError(f"attach's {name} differs from the live run's")
     return took

@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from cluster import Cluster  # noqa: E402
 
 from ddptui.config import HostsConfig, NodeConfig, SSHOptions  # noqa: E402
-from ddptui.launch import nodeops  # noqa: E402
+from ddptui.remote import nodeops  # noqa: E402
 from ddptui.store import rundir  # noqa: E402
 from ddptui.sync.push import Plans, sync_node  # noqa: E402
 from ddptui.sync.walk import walk  # noqa: E402

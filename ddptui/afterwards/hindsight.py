@@ -16,7 +16,6 @@ findings by the clock, the rules' own order picks here.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from contextlib import suppress
@@ -34,6 +33,7 @@ from ddptui.nodelog import NodeLogParser
 from ddptui.outcome import node_end
 from ddptui.run_state import RunRecord
 from ddptui.store import rundir
+from ddptui.store.reader import event_records
 from ddptui.store.record import Recorder
 
 #: Bytes of a raw node copy parsed at a time: a long run's copy is never read whole.
@@ -133,7 +133,7 @@ def recorded_events(run_dir: Path, meta: dict[str, Any], names: list[str], start
     its exit code) and ddptui's own lines about it. A node whose end was never recorded
     there (a run settled by ``ddptui logs --check``) ends as ``run.json``'s exit codes say."""
     ended: set[str] = set()
-    for rec in _records(run_dir / rundir.EVENTS):
+    for rec in event_records(run_dir, b'"node_state"', b'"ssh"'):
         try:
             if rec.get("type") == "node_state":
                 status = NodeStatus(rec["status"])
@@ -157,17 +157,3 @@ def recorded_events(run_dir: Path, meta: dict[str, Any], names: list[str], start
                             exit_code=codes[name])
 
 
-def _records(path: Path) -> Iterator[dict[str, Any]]:
-    try:
-        with open(path, "rb") as f:
-            for raw in f:
-                if b'"node_state"' not in raw and b'"ssh"' not in raw:
-                    continue
-                try:
-                    rec = json.loads(raw)
-                except ValueError:
-                    continue
-                if isinstance(rec, dict):
-                    yield rec
-    except OSError:
-        return

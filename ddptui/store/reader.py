@@ -10,9 +10,10 @@ stop, through the run's recorder.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from ddptui.events import NodeStatus, RunStatus
 from ddptui.outcome import run_end
@@ -45,24 +46,36 @@ class RecordedEnd:
     at: float | None  # the time of the last node state recorded
 
 
+def event_records(run_dir: Path, *marks: bytes) -> Iterator[dict[str, Any]]:
+    """The records of the run's ``events.jsonl`` whose line holds one of ``marks`` (a cheap
+    test before parsing: most lines are a rank's); a torn last line of a killed session is
+    passed over, as is a run with no events file."""
+    try:
+        with open(run_dir / rundir.EVENTS, "rb") as f:
+            for raw in f:
+                if not any(m in raw for m in marks):
+                    continue
+                try:
+                    rec = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(rec, dict):
+                    yield rec
+    except OSError:
+        return
+
+
 def node_ends(run_dir: Path) -> tuple[dict[str, tuple[NodeStatus, int | None]], float | None]:
     """Each node's last recorded state, if it is an end; and the time of the last one."""
     last: dict[str, tuple[NodeStatus, int | None]] = {}
     when = None
-    try:
-        with open(run_dir / rundir.EVENTS, "rb") as f:
-            for raw in f:
-                if b'"node_state"' not in raw:
-                    continue
-                try:
-                    rec = json.loads(raw)
-                    status = NodeStatus(rec["status"])
-                except (ValueError, KeyError):
-                    continue  # a torn last line of a killed session
-                last[str(rec["node"])] = (status, rec.get("exit_code"))
-                when = rec.get("time", when)
-    except OSError:
-        return {}, None
+    for rec in event_records(run_dir, b'"node_state"'):
+        try:
+            status = NodeStatus(rec["status"])
+        except (ValueError, KeyError):
+            continue
+        last[str(rec["node"])] = (status, rec.get("exit_code"))
+        when = rec.get("time", when)
     ends = {n: e for n, e in last.items() if e[0].finished or e[0] is NodeStatus.LOST}
     return ends, when
 

@@ -191,6 +191,36 @@ class Reconciled(Note):
     unreachable: NotRequired[dict[str, str]]
 
 
+class Checkpoint(TypedDict):
+    """A checkpoint seen on a node after the time limit's signal (:mod:`ddptui.live.timelimit`)."""
+
+    node: str
+    path: str
+    step: int | None
+    after_s: float  # written this long after the signal
+
+
+class TimeLimitNote(TypedDict):
+    """The signal sent to the ranks before the allocation's time limit (or to rehearse it),
+    and the checkpoint it brought, None while (or if) none is seen."""
+
+    signal: str
+    sent_at: float
+    why: str
+    ranks: int
+    checkpoint: Checkpoint | None
+
+
+class Attempt(TypedDict):
+    """One allocation's try at a run resubmitted after its time limit (``slurm.resubmit``):
+    the first attempt's run id links them all."""
+
+    first: str
+    number: int
+    job: str
+    resumed_from: Checkpoint | None
+
+
 @dataclass(frozen=True)
 class NodeRecord:
     """One node in ``run.json``: enough to find and stop its part of the run without the
@@ -236,6 +266,9 @@ class RunChanges(TypedDict, total=False):
     slurm: str | None
     reconciled: Reconciled | None
     node_files_removed: Note | None
+    time_limit: TimeLimitNote | None
+    attempt: Attempt | None
+    attempts: list[str] | None
 
 
 @dataclass(frozen=True)
@@ -272,6 +305,10 @@ class RunRecord:
     reconciled: Reconciled | None = None
     #: ``ddptui clean`` removed (or found gone) the run's node dirs.
     node_files_removed: Note | None = None
+    time_limit: TimeLimitNote | None = None
+    attempt: Attempt | None = None
+    #: On the first attempt: the run ids of the attempts after it, in order.
+    attempts: list[str] | None = None
     extra: dict[str, JSON] = field(default_factory=dict)
     #: Fields set since the record was made or read: written even when None (a reader may
     #: count on ``"diagnosis": null`` meaning "looked, found none").

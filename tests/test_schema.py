@@ -110,7 +110,8 @@ def test_parser_keys_are_the_schema_properties() -> None:
                      "job": list(JOB_KEYS), "ssh": list(SSH_KEYS),
                      "health": list(HEALTH_KEYS), "metrics": ["parse", "patterns"],
                      "slurm": ["job", "partition", "nodes", "gpus_per_node", "time", "account",
-                               "options", "keep"]}
+                               "options", "keep", "signal", "signal_before", "checkpoint",
+                               "resubmit"]}
 
 
 @pytest.mark.parametrize(("section", "keys"), [

@@ -29,7 +29,7 @@ from ddptui.config.model import (
     SSHOptions,
 )
 from ddptui.config.nodes import Fields, NodeWalker
-from ddptui.config.slurm import SLURM_TEMPLATE, SlurmConfig
+from ddptui.config.slurm import SLURM_TEMPLATE, SlurmConfig, requeue_advice
 from ddptui.config.user import NO_USER_DEFAULTS, USER_KEYS, UserDefaults, merge_defaults
 from ddptui.config.values import Check, ListOf, show
 from ddptui.config.yaml_marks import MISSING, NULL_TAG, STR_TAG, Entry, line_of
@@ -108,6 +108,10 @@ class _HostsParser(NodeWalker):
             self.problem(lines.get(asked[0], entry.line), f"slurm.{asked[0]}",
                          "is for an allocation ddptui asks for; with `job:` the allocation "
                          "you hold is used as it is. Remove one of them.")
+        elif "job" in v and v.get("resubmit"):
+            self.problem(lines.get("resubmit", entry.line), "slurm.resubmit",
+                         "asks ddptui for a new allocation, which it does only for one it "
+                         f"asked for itself (no `job:`). {requeue_advice()}")
         elif "job" not in entries and "nodes" not in entries:
             self.problem(entry.line, "slurm", "needs `job:` (an allocation you hold, or "
                                               "`env`) or `nodes:` (how many to ask for).")

@@ -49,6 +49,38 @@ def _job(value: object) -> str:
 JOB = Check(_job, {"type": ["string", "integer"], "pattern": r"^(env|\d+(_\d+)?)$"},
             'job id or "env"')
 
+#: Signals a run may be asked to save with: not KILL or STOP (nothing can catch them), and
+#: USR2 first, as submitit does, because NCCL once took USR1 for itself.
+SIGNALS = ("USR2", "USR1", "TERM", "INT", "HUP", "URG", "CONT")
+
+
+def _signal(value: object) -> str:
+    name = value.upper().removeprefix("SIG") if isinstance(value, str) else ""
+    if name in SIGNALS:
+        return name
+    raise Invalid(f"must be a signal a program can catch ({', '.join(SIGNALS)}, with or "
+                  f"without SIG), not {kind(value)}.")
+
+
+SIGNAL = Check(_signal, {"type": "string", "pattern": "^([Ss][Ii][Gg])?[A-Za-z0-9]+$"},
+               "signal name")
+
+
+#: What ``ddptui run --headless`` exits with when the ranks left at the time limit's signal
+#: and the run was not resubmitted: an sbatch script tells it from an end or a failure.
+TIME_LIMIT_EXIT = 3
+
+
+def requeue_advice(job: str = "$SLURM_JOB_ID") -> str:
+    """What to do instead of ``resubmit`` on an allocation the user made (one source for the
+    hosts file's check and the run's own words)."""
+    return ("For an allocation you made, let Slurm run it again: submit the script with "
+            "`#SBATCH --requeue` and `#SBATCH --open-mode=append`, run `ddptui run hosts.yaml "
+            "--headless` in it (with `slurm: {job: env}`), then `[ $? -eq "
+            f"{TIME_LIMIT_EXIT} ] && scontrol requeue {job}`: ddptui exits with "
+            f"{TIME_LIMIT_EXIT} when the ranks left at the time limit's signal, and the "
+            "requeued job resumes from the checkpoint.")
+
 
 @dataclass(frozen=True)
 class SlurmConfig(Generic[N]):
@@ -75,6 +107,18 @@ class SlurmConfig(Generic[N]):
     """More `salloc` options, each as one word (e.g. `--qos=high`, `--constraint=a100`)."""
     keep: bool = field(default=False, metadata=key(v.BOOL, hints=("keep_allocation",)))
     """Keep an allocation ddptui asked for after the run, for the next launch."""
+    signal: str = field(default="USR2", metadata=key(SIGNAL, hints=("signal_name", "sig")))
+    """Signal sent to every rank (not torchrun) `signal_before` the time limit: save, leave."""
+    signal_before: int = field(default=120, metadata=key(
+        v.NONNEG_INT, hints=("lead", "signal_lead", "warn_before")))
+    """Seconds before the allocation's time limit to send `signal`; 0: never."""
+    checkpoint: str | None = field(default=None, metadata=key(
+        v.text("a path or glob on the nodes"), hints=("checkpoints", "ckpt", "save_path")))
+    """The run's checkpoint files on the nodes, relative to where the script runs; default:
+    the bundled worker's snapshots."""
+    resubmit: int = field(default=0, metadata=key(v.NONNEG_INT, hints=("requeue", "retries")))
+    """Ask for a new allocation and resume, at most this often, when the time limit or a
+    preemption ends the run (only an allocation ddptui asked for)."""
     template: N | None = None
     """The node every allocation node is made from (`defaults:`); not a key of the file."""
     owned: bool = False

@@ -33,13 +33,13 @@ from ddptui.live.follow import Batch, Finished, NodeFollower, read_size, tune_gc
 from ddptui.live.liveness import Reaper, Watch, fetch_into, reap
 from ddptui.live.samplers import Samplers
 from ddptui.live.stalls import HealthWatch
+from ddptui.live.timelimit import TimeLimit
 from ddptui.metrics.scan import Scanners
 from ddptui.nccl import NcclFacts
 from ddptui.nodelog import NodeLogParser
 from ddptui.nodeprog import torchrun_tee
 from ddptui.outcome import LaunchError, RunResult, StopReport, run_end
 from ddptui.rank_stacks import Stacks
-from ddptui.remote.reach import map_at_once
 from ddptui.remote.stacks import take
 from ddptui.remote.standby import Standby
 from ddptui.remote.stop import Stopper, stop_all, targets
@@ -109,18 +109,19 @@ class Session:
         self.standby = Standby()  # each node's stop program, waiting: a stop is one line
         self._target = targets(config, self.run_id, self.recorder.nodes)
         self.stopper = Stopper(self._target, self.pool.get, self.standby, self.note)
-        self.watch = Watch(
-            followers=self._followers, stopping=self._stopping, finished=lambda: {
-                n: f.status for n, f in list(self._finished.items())},
-            done=self._done, end_run=self.stop_nodes, drop=self.pool.drop,
-            lost_after=config.health.lost_after,
+        self.watch = Watch(followers=self._followers, stopping=self._stopping, finished=lambda: {
+            n: f.status for n, f in list(self._finished.items())}, done=self._done,
+            end_run=self.stop_nodes, drop=self.pool.drop, lost_after=config.health.lost_after,
             end_after_failure=config.health.end_after_failure)
         self.reaper: Reaper | None = None
         self.health = HealthWatch(config.health, self.store, self.bus.listeners,  # stalls
                                   lambda on: self.stacks(nodes=on), self.bus.publish,
                                   self.run_id)
         self.samplers = Samplers()  # each node's telemetry, from start_following to the end
-        self.job = JobWatch.of(config, self.store, self._followers)  # Slurm's word on the run
+        self.limit = TimeLimit(config, self.run_id, self.pool.get, lambda n: self.plan.for_node(
+            n).cwd if self.plan else self.recorder.node_dir(n), self.note,  # where ranks run
+            lambda n: self.recorder.update(time_limit=n), self._done)
+        self.job = JobWatch.of(config, self.store, self._followers, self.limit.heard)  # Slurm
 
     # The run's state: every change through the table, by this object alone.
 
@@ -221,9 +222,8 @@ class Session:
         self.samplers.start(self.config, self.run_id, transport=self.pool.current,
                             node_dir=self.recorder.node_dir, pgid=self.recorder.pgid,
                             publish=self.publish, note=self.note)
-        threading.Thread(target=map_at_once, daemon=True, name="ddptui-standby", args=(
-            [n.name for n in self.config.nodes], lambda name: self.standby.start(
-                name, self.pool.get(name), self._target(name).command(None)))).start()
+        self.standby.start_all([n.name for n in self.config.nodes], self.pool.get,
+                               lambda name: self._target(name).command(None))
 
     def _node_finished(self, item: Finished) -> None:  # on the consumer, in order
         self._finished[item.node] = item
@@ -235,7 +235,8 @@ class Session:
                           {n: f.disk_error for n, f in self._followers.items()})
 
     def _tick(self, applied: bool) -> bool:
-        if len(self._finished) == len(self.config.nodes):
+        if len(self._finished) == len(self.config.nodes) and self.limit.settled(
+                self.bus.queue.empty):  # its last look said, in the store, before the end
             try:
                 self.conclude()
             finally:  # a conclusion that failed still ends the run, its fault said

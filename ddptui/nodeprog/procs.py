@@ -43,3 +43,22 @@ def alive(pid: int) -> bool:
             return live_fields(f.read()) is not None
     except OSError:
         return False
+
+
+def rank_pids(marker: bytes, want: set[int]) -> dict[int, tuple[int, int | None]]:
+    """rank -> its own process and local rank."""
+    found: dict[int, tuple[int, int | None, int]] = {}
+    for pid, env, fields in procs():
+        if marker not in env:
+            continue
+        vals = dict(e.split(b"=", 1) for e in env if b"=" in e)
+        rank, local = vals.get(b"RANK", b""), vals.get(b"LOCAL_RANK", b"")
+        if rank.isdigit():
+            found[pid] = (int(rank), int(local) if local.isdigit() else None, int(fields[1]))
+    ranks = {}
+    for pid, (r, lr, ppid) in sorted(found.items()):
+        # a rank's own process; a data loader's worker has the same RANK and the rank as parent
+        parent = found.get(ppid)
+        if (parent is None or parent[0] != r) and (not want or r in want):
+            ranks[r] = (pid, lr)
+    return ranks

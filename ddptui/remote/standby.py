@@ -19,8 +19,10 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 
 from ddptui.remote import nodeops
+from ddptui.remote.reach import map_at_once
 from ddptui.transport.base import Spawned, Transport, TransportError
 
 #: How long a standby may take to say it heard: a connection that died without a word
@@ -37,6 +39,12 @@ class Standby:
         self._lock = threading.Lock()
         self._waiting: dict[str, tuple[Transport, Spawned]] = {}
         self._ended = False
+
+    def start_all(self, names: list[str], transport: Callable[[str], Transport],
+                  command: Callable[[str], str]) -> None:
+        """:meth:`start` on every node at once, in the background."""
+        threading.Thread(target=map_at_once, daemon=True, name="ddptui-standby", args=(
+            names, lambda name: self.start(name, transport(name), command(name)))).start()
 
     def start(self, name: str, transport: Transport, command: str) -> None:
         """Start ``command`` (``nodeops.stop_cmd`` with no grace) on the node; quietly

@@ -104,11 +104,15 @@ class JobWatch:
         job: The allocation's id; None makes a watch that does nothing (no Slurm).
         show: Takes the job's one-line state whenever it changes.
         ended: Takes ddptui's sentence once the job stops running; called once.
+        heard: Sees the job at each look while it runs, and may ask for the next look
+            sooner (seconds): the time limit's lead (:mod:`ddptui.live.timelimit`).
     """
 
     def __init__(self, job: str | None, show: Callable[[str], None],
-                 ended: Callable[[str], None], every: float = EVERY_S) -> None:
+                 ended: Callable[[str], None], every: float = EVERY_S,
+                 heard: Callable[[JobInfo], float | None] | None = None) -> None:
         self.job, self.show, self.ended, self.every = job, show, ended, every
+        self.heard = heard
         self._said = ""
         self._poke = threading.Event()
         #: How Slurm ended the job, once the watch saw it end.
@@ -120,15 +124,15 @@ class JobWatch:
         return self.end is not None
 
     @classmethod
-    def of(cls, config: HostsConfig, store: _RunInfo, followers: Mapping[str, _Followed]
-           ) -> JobWatch:
+    def of(cls, config: HostsConfig, store: _RunInfo, followers: Mapping[str, _Followed],
+           heard: Callable[[JobInfo], float | None] | None = None) -> JobWatch:
         """Shown in the store's run info; ending gives up every node still followed."""
         def ended(why: str) -> None:
             for f in list(followers.values()):
                 f.give_up(why)
 
         return cls(config.slurm.job if config.slurm else None,
-                   lambda said: store.set_run(scheduler=said), ended)
+                   lambda said: store.set_run(scheduler=said), ended, heard=heard)
 
     def start(self, done: threading.Event) -> None:
         if self.job is not None:
@@ -174,6 +178,8 @@ class JobWatch:
                 return
             ending = info is not None and info.state == "COMPLETING"
             pause = ENDING_EVERY_S if ending else self.every
+            sooner = self.heard(info) if info is not None and self.heard is not None else None
+            pause = min(pause, sooner) if sooner is not None else pause
 
     def _ended(self, end: JobEnd) -> None:
         self.end = end

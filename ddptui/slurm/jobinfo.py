@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
 
 _PAIR = re.compile(r"(?:^|\s)([A-Za-z][\w/:.]*)=(\S*)")
 _GPUS = re.compile(r"gpu(?::[\w.-]+)?[:=](\d+)")
@@ -182,17 +183,29 @@ def pending_words(reason: str) -> str:
     }.get(reason, "Slurm holds it")
 
 
-def time_left(info: JobInfo, now_iso: str) -> str | None:
-    """``EndTime - now`` as Slurm writes durations (``[D-]HH:MM:SS``); None if unknown."""
-    from datetime import datetime
-
+def seconds_left(info: JobInfo, now: datetime) -> int | None:
+    """Seconds until the job's ``EndTime`` (Slurm's local time, as ``now``); None if unknown
+    (no limit: ``Unknown``)."""
     try:
         end = datetime.fromisoformat(info.end_time)
-        now = datetime.fromisoformat(now_iso)
     except ValueError:
         return None
-    secs = max(0, int((end - now).total_seconds()))
+    return max(0, int((end - now).total_seconds()))
+
+
+def slurm_duration(secs: int) -> str:
+    """Seconds as Slurm writes durations: ``[D-]HH:MM:SS``."""
     d, rem = divmod(secs, 86400)
     h, rem = divmod(rem, 3600)
     m, s = divmod(rem, 60)
     return (f"{d}-" if d else "") + f"{h:02d}:{m:02d}:{s:02d}"
+
+
+def time_left(info: JobInfo, now_iso: str) -> str | None:
+    """``EndTime - now`` as Slurm writes durations; None if unknown."""
+    try:
+        now = datetime.fromisoformat(now_iso)
+    except ValueError:
+        return None
+    left = seconds_left(info, now)
+    return None if left is None else slurm_duration(left)

@@ -42,6 +42,9 @@ STOP_REQUESTED = "stop_requested"
 TORCHELASTIC = "torchelastic"
 #: The bundled worker's upload, named as its package: ``python -m`` finds it from the node dir.
 WORKER_PACKAGE = "ddptui_worker"
+#: The bundled worker's snapshots, relative to where it runs (the node dir): its
+#: ``--snapshot-dir`` default and file names (``worker/snapshot.py``).
+WORKER_SNAPSHOTS = "ckpt/snapshot-*.pt"
 #: Synced projects, one tree per content digest, shared by the runs that ship that content.
 NODE_CODE = ".ddptui/code"
 #: Beside each tree ``<digest>/``: ``<digest>.manifest.json``, what the next sync diffs against.

@@ -1,0 +1,33 @@
+"""Sends one signal to each rank process of a run on one node (the ones torchrun started:
+not torchrun, whose default for SIGUSR2 is to die, and not a rank's data loader workers),
+so that the run saves a checkpoint before its allocation's time limit (see
+:mod:`ddptui.live.timelimit`).
+
+Its arguments: the run's marker and the signal's name (``USR2``). It prints one JSON line:
+each rank signalled (rank, local rank, pid) and each it could not signal, with why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+
+from ddptui.nodeprog.procs import rank_pids
+
+
+def send(marker: bytes, name: str) -> dict[str, object]:
+    sig = getattr(signal, "SIG" + name)
+    sent, failed = [], []
+    for rank, (pid, local) in sorted(rank_pids(marker, set()).items()):
+        try:
+            os.kill(pid, sig)
+            sent.append([rank, local, pid])
+        except OSError as e:
+            failed.append([rank, pid, e.strerror or str(e)])
+    return {"signalled": sent, "failed": failed}
+
+
+if __name__ == "__main__":
+    print(json.dumps(send(sys.argv[1].encode(), sys.argv[2])), flush=True)

@@ -20,6 +20,7 @@ import pytest
 
 from ddptui.events import METRIC_MARK, PREFIX_TEMPLATE, Event, Failure, LogLine, Metric
 from ddptui.nodelog import NodeLogParser
+from ddptui.nodeprog import signal_ranks
 
 pytestmark = [pytest.mark.torchrun, pytest.mark.timeout(180)]
 
@@ -188,6 +189,47 @@ def test_sigterm_writes_a_snapshot_and_stops_every_rank(tmp_path: Path) -> None:
     assert step >= 10
     assert [p.name for p in (tmp_path / "ckpt").iterdir()] == [f"snapshot-{step:08d}.pt"]
     assert any(e.text.startswith("stopped by SIGTERM") for e in r.worker_lines())
+
+
+def test_the_time_limits_signal_to_the_ranks_alone_saves_and_a_second_run_resumes(
+        tmp_path: Path) -> None:
+    """SIGUSR2 sent as ddptui sends it before a time limit (signal_ranks: the ranks, not
+    torchrun, which USR2 would kill): a snapshot, a clean exit 0; the next run in the same
+    folder trains every remaining step once, from the step after the snapshot."""
+    cmd, env = _command((*TINY, "--steps", "60", "--log-every", "1", "--snapshot-every", "0",
+                         "--step-sleep-ms", "50", "--stop-check-every", "1"), 0)
+    env["DDPTUI_RUN"] = "limit/0"
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if '"kind": "metric"' in line and '"step": 10,' in line:
+                break
+        sent = signal_ranks.send(b"DDPTUI_RUN=limit/0", "USR2")
+        rest, _ = proc.communicate(timeout=60)
+        lines.append(rest)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert sorted(r for r, _lr, _pid in sent["signalled"]) == [0, 1]  # type: ignore[union-attr]
+    assert proc.pid not in {pid for _r, _lr, pid in sent["signalled"]}  # type: ignore[union-attr]
+    first = Result(proc.returncode, _parse("".join(lines)), "".join(lines))
+    assert first.code == 0, first.text[-3000:]
+    step = next(m.step for m in first.metrics("summary") if m.rank == 0)
+    assert step is not None and 10 <= step < 60
+    assert [p.name for p in (tmp_path / "ckpt").iterdir()] == [f"snapshot-{step:08d}.pt"]
+    assert any(e.text.startswith(f"SIGUSR2 at step {step}: snapshot ") for e in
+               first.worker_lines()), first.text[-3000:]
+    again = torchrun(tmp_path, *TINY, "--steps", "60", "--log-every", "1", "--snapshot-every",
+                     "0")
+    assert again.code == 0, again.text[-3000:]
+    trained = [m.step for m in first.metrics("metric") if m.rank == 0] + [
+        m.step for m in again.metrics("metric") if m.rank == 0]
+    assert trained == list(range(1, 61))
 
 
 def test_errors_are_one_line_from_rank_0_only(tmp_path: Path) -> None:

@@ -16,11 +16,28 @@ import torch
 import torch.distributed as dist
 
 
-def on_sigterm() -> threading.Event:
-    """A flag set by SIGTERM: the loop decides when it is safe to act on it."""
-    flag = threading.Event()
+class StopFlag(threading.Event):
+    """Set by SIGTERM (stop), or by SIGUSR1/SIGUSR2: the allocation's time limit is near (or
+    a rehearsal of it), so save a snapshot and leave cleanly, to be resumed from it."""
+
+    name = "SIGTERM"
+
+    @property
+    def to_resume(self) -> bool:
+        return self.name != "SIGTERM"
+
+    def caught(self, signum: int) -> None:
+        if not self.is_set():
+            self.name = signal.Signals(signum).name
+            self.set()
+
+
+def on_sigterm() -> StopFlag:
+    """A flag set by SIGTERM, SIGUSR1 or SIGUSR2: the loop decides when it is safe to act."""
+    flag = StopFlag()
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda signum, frame: flag.set())
+        for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
+            signal.signal(sig, lambda signum, frame: flag.caught(signum))
     return flag
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +24,7 @@ from .devices import Env, ddp_device_ids, devices_for
 from .faults import Faults
 from .metrics import Emitter
 from .model import CharLM, lm_loss, param_count
-from .stop import StopVote
+from .stop import StopFlag, StopVote
 
 STOPPED_EXIT = 128 + 15  # what a shell reports for SIGTERM: the run did not finish
 MODEL_FLAGS = ("d_model", "n_layers", "n_heads", "seq_len")
@@ -91,7 +90,7 @@ class Run:
     """State of one attempt: built once, then driven by :meth:`loop`."""
 
     def __init__(self, args: argparse.Namespace, env: Env, ids: list[int], backend: str,
-                 emit: Emitter, stop: threading.Event) -> None:
+                 emit: Emitter, stop: StopFlag) -> None:
         self.args, self.env, self.emit, self.stop = args, env, emit, stop
         self.vote = StopVote(stop, env.world_size, args.stop_check_every)
         self.backend = backend
@@ -284,8 +283,13 @@ class Run:
         done = self.step - first_step
         if stopped:
             path = self.save()
-            emit.line(f"stopped by SIGTERM at step {self.step}"
-                      + (f", snapshot {path}" if path else ""))
+            if self.stop.to_resume:
+                saved = f"snapshot {path} saved" if path else "rank 0 saves the snapshot"
+                emit.line(f"{self.stop.name} at step {self.step}: {saved}; leaving, to be "
+                          "resumed from it")
+            else:
+                emit.line(f"stopped by SIGTERM at step {self.step}"
+                          + (f", snapshot {path}" if path else ""))
         rate = done / wall if wall > 0 else 0.0
         emit.metric(
             "summary", mode="train", step=self.step, steps_run=done, wall_time_s=wall,
@@ -293,9 +297,9 @@ class Run:
             samples_per_s=rate * args.batch_size, tokens_per_s=rate * tokens_per_step,
             global_samples_per_s=rate * args.batch_size * self.env.world_size,
         )
-        return STOPPED_EXIT if stopped else 0
+        return STOPPED_EXIT if stopped and not self.stop.to_resume else 0
 
 
 def run(args: argparse.Namespace, env: Env, ids: list[int], backend: str, emit: Emitter,
-        stop: threading.Event) -> int:
+        stop: StopFlag) -> int:
     return Run(args, env, ids, backend, emit, stop).loop()

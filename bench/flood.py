@@ -91,6 +91,9 @@ class FloodRun:
     def stacks(self, rank: int | None = None) -> Stacks:
         return Stacks(self.run_id, time.time(), [])  # no rank process to dump
 
+    def rehearse(self) -> str:
+        return "no rank here to signal: the flood is not a run"
+
     def detach(self) -> None:
         """The dashboard let go before the end: the flood stops where it is."""
         self._halt.set()

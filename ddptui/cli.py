@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ddptui.config import HostsConfig
 
 COMMANDS = ("run", "check", "attach", "stop", "logs", "dashboard", "schema", "nccl",
-            "stacks", "clean", "init")
+            "stacks", "rehearse", "clean", "init")
 USAGE_EXIT = 2
 
 
@@ -137,6 +137,13 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("run_id")
     st.add_argument("--rank", type=int, default=None, help="only this global rank")
 
+    rh = sub.add_parser("rehearse", help="send a running run's ranks the time limit's signal "
+                                         "now (`slurm.signal`) and look for the checkpoint "
+                                         "it saves: a preemption, tried before one comes")
+    rh.add_argument("run_id")
+    rh.add_argument("--wait", type=float, default=120.0, metavar="S",
+                    help="seconds to look for the checkpoint (default 120)")
+
     cl = sub.add_parser("clean", help="remove finished runs and unused code caches on every "
                                       "node and here; live runs are never touched")
     cl.add_argument("hosts", type=Path, help="the hosts file (YAML) of the nodes to clean")
@@ -213,6 +220,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return run_init(args.hosts, args.output, python=args.python, force=args.force,
                         ssh_config=args.ssh_config, known_hosts=args.known_hosts)
+    if args.command == "rehearse":
+        from ddptui.faces.rehearse import rehearse
+
+        return rehearse(args.state_dir, args.run_id, wait=args.wait)
     if args.command == "stacks":
         from ddptui.faces.stacks import show_stacks
 
@@ -244,8 +255,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command in ("dashboard", "run"):
         from ddptui.faces.resolve import run_config, slurm_nodes
 
-        cfg = run_config(args)  # a hosts file, -H, or --again; user-wide defaults under each
-        cfg = slurm_nodes(cfg, args.slurm_job) if cfg is not None else None
+        asked = run_config(args)  # a hosts file, -H, or --again; user-wide defaults under each
+        cfg = slurm_nodes(asked, args.slurm_job) if asked is not None else None
         if cfg is None:
             return USAGE_EXIT
     if args.command in ("dashboard", "run") and not getattr(args, "headless", False):
@@ -320,7 +331,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         print("ddptui: interrupted while launching; stopping what started", file=sys.stderr)
         session.stop(grace=2)
         return 130
-    return run_headless(session)
+    from ddptui.faces.attempts import run_attempts
+    from ddptui.faces.resolve import slurm_nodes
+
+    assert asked is not None
+    return run_attempts(session, asked, lambda c: slurm_nodes(c, None),
+                        metrics=not args.no_metrics)
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -52,6 +52,10 @@ class RunPort(Protocol):
 
     def stop(self, grace: float | None = None) -> StopReport: ...
 
+    def rehearse(self) -> str:
+        """The time limit's signal to every rank now (``slurm.signal``), its checkpoint
+        looked for as at the limit: a preemption, tried before one comes. What was done."""
+
     def detach(self) -> None:
         """Stop following; the run goes on, to be attached again."""
 

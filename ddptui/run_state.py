@@ -231,6 +231,12 @@ class NodeRecord:
     run_dir: str
     pgid: int | None = None
     cleanup: str | None = None  # what the reaper did there, in ddptui's words
+    #: Where the ranks run there (the project), when not in the node dir.
+    project_dir: str | None = None
+
+    @property
+    def cwd(self) -> str:
+        return self.project_dir or self.run_dir
 
 
 class NodeChanges(TypedDict, total=False):
@@ -327,7 +333,8 @@ class RunRecord:
             if f.name in ("extra", "written") or (value is None and f.name not in self.written):
                 continue
             if f.name == "nodes":
-                value = [asdict(n) for n in value.values()]
+                value = [{k: v for k, v in asdict(n).items()  # no project: not written
+                          if v is not None or k != "project_dir"} for n in value.values()]
             out[f.name] = str(value) if f.name == "status" else value
         return {**out, **self.extra}
 
@@ -352,8 +359,10 @@ def _node_record(n: Mapping[str, Any]) -> NodeRecord:
     rank, pgid, cleanup = n["node_rank"], n.get("pgid"), n.get("cleanup")
     if not isinstance(rank, int) or not (pgid is None or isinstance(pgid, int)):
         raise TypeError(f"run.json's node {n.get('name')!r} has no whole node rank or pgid")
+    project = n.get("project_dir")
     return NodeRecord(str(n["name"]), rank, str(n["run_dir"]), pgid,
-                      cleanup if isinstance(cleanup, str) else None)
+                      cleanup if isinstance(cleanup, str) else None,
+                      project if isinstance(project, str) else None)
 
 
 _FIELDS = frozenset(f.name for f in fields(RunRecord))

@@ -69,6 +69,10 @@ class FakeController:
     def detach(self) -> None:
         self.detached += 1
 
+    def rehearse(self) -> str:
+        self.rehearsed = getattr(self, "rehearsed", 0) + 1
+        return "sent SIGUSR2 to 0 rank(s), as the time limit would"
+
     def nccl_facts(self) -> NcclFacts:
         """What the store's NCCL lines say, as the session's facts would."""
         facts = NcclFacts()
@@ -199,6 +203,10 @@ class ScriptedRun:
         self.result = RunResult(0, [], {"a": None}, stopped=True)
         self._done.set()
         return StopReport(errors={"a": f"stopped with a grace of {grace} s"})
+
+    def rehearse(self) -> str:
+        (self.local_dir / "rehearsed").write_text("yes")
+        return "sent SIGUSR2 to 1 rank(s), as the time limit would"
 
     def detach(self) -> None:
         (self.local_dir / "detached").write_text("yes")

@@ -207,6 +207,26 @@ async def test_stop_asks_with_process_count_then_stops() -> None:
 
 
 @sync
+async def test_rehearsing_the_time_limit_asks_then_signals_the_ranks() -> None:
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        c = await launched(pilot, app)
+        await pilot.press("P")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        assert "saves a checkpoint and leaves" in app.screen.question
+        await pilot.press("n")
+        await pilot.pause()
+        assert getattr(c, "rehearsed", 0) == 0
+        await pilot.press("P")
+        await pilot.pause()
+        await pilot.press("y")
+        await settle(pilot, app)
+        assert c.rehearsed == 1
+        assert "Sent SIGUSR2 to 0 rank(s), as the time limit would." in toasts(app)
+
+
+@sync
 async def test_restart_stops_then_launches_a_fresh_run() -> None:
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:

@@ -110,6 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--slow-rank", type=int, default=None, help="global rank to slow down")
     t.add_argument("--slow-ms", type=_non_negative, default=0, help="extra ms per step")
     t.add_argument("--step-sleep-ms", type=_non_negative, default=0, help="all ranks, per step")
+    t.add_argument("--resumed-step-sleep-ms", type=_non_negative, default=None,
+                   help="all ranks, per step, once resumed from a snapshot (default: "
+                        "--step-sleep-ms): a first try slow enough to meet its time limit, "
+                        "and a resumed one that ends")
     t.add_argument("--number-lines", action="store_true",
                    help="per-rank sequence number on every stdout line")
     t.add_argument("--print-every-step", action="store_true",

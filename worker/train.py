@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -194,6 +195,9 @@ class Run:
         snapshot.set_rng_state(state["rng"])
         self.step = int(state["step"])
         self.resumed_from = str(path)
+        if self.args.resumed_step_sleep_ms is not None:
+            self.faults = dataclasses.replace(self.faults,
+                                              step_sleep_ms=self.args.resumed_step_sleep_ms)
         if self.env.rank == 0:
             self.emit.line(self.resumed_line(path))
 

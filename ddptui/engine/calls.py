@@ -71,6 +71,11 @@ class NcclFactsNow:
 
 
 @dataclass(frozen=True, slots=True)
+class Rehearsed:
+    said: str
+
+
+@dataclass(frozen=True, slots=True)
 class StacksTaken:
     stacks: Stacks
 
@@ -134,6 +139,11 @@ class TakeStacks(Ask[StacksTaken]):
 
 
 @dataclass(frozen=True, slots=True)
+class Rehearse(Ask[Rehearsed]):
+    reply = Rehearsed
+
+
+@dataclass(frozen=True, slots=True)
 class Leave(Ask[Acked]):
     """Detach from a run still going (never stop it), send what the store holds, and end."""
 
@@ -141,9 +151,10 @@ class Leave(Ask[Acked]):
 
 
 #: Every request the engine answers.
-Request = Open | Launch | Stop | Detach | BuildChart | GetNcclFacts | TakeStacks | Leave
-REQUESTS = (Open, Launch, Stop, Detach, BuildChart, GetNcclFacts, TakeStacks, Leave)
-Reply = Opened | Acked | Stopped | ChartBuilt | NcclFactsNow | StacksTaken
+Request = (Open | Launch | Stop | Detach | BuildChart | GetNcclFacts | TakeStacks | Rehearse
+           | Leave)
+REQUESTS = (Open, Launch, Stop, Detach, BuildChart, GetNcclFacts, TakeStacks, Rehearse, Leave)
+Reply = Opened | Acked | Stopped | ChartBuilt | NcclFactsNow | StacksTaken | Rehearsed
 
 
 def error_payload(e: BaseException) -> tuple[str, str, list[str] | None]:

@@ -32,6 +32,7 @@ from ddptui.engine.calls import (
     Leave,
     Open,
     Opened,
+    Rehearse,
     Stop,
     TakeStacks,
 )
@@ -83,6 +84,9 @@ class EngineClient:
 
     def detach(self) -> None:
         self.engine.calls.call(Detach())
+
+    def rehearse(self) -> str:
+        return self.engine.calls.call(Rehearse()).said
 
     def chart(self, metric: str, log_y: bool, width: int, height: int) -> Chart:
         """The chart, built in the engine from its own series (see ``ddptui.chart.rows``);

@@ -43,6 +43,8 @@ from ddptui.engine.calls import (
     NcclFactsNow,
     Open,
     Opened,
+    Rehearse,
+    Rehearsed,
     Reply,
     Request,
     StacksTaken,
@@ -185,6 +187,8 @@ class _Engine:
                 return NcclFactsNow(run.nccl_facts())
             case TakeStacks(rank):
                 return StacksTaken(run.stacks(rank))
+            case Rehearse():
+                return Rehearsed(run.rehearse())
             case Leave():  # answered by serve, which then ends
                 return Acked()
             case _:

@@ -161,7 +161,8 @@ def make_node_plans(ctx: LaunchContext, homes: dict[str, str], walked: Walked | 
                      hold_s=hold_s, store_node=rdzv_store.host_node if rdzv_store else None,
                      locks={rdzv_store.lock_node: rdzv_store.lock} if rdzv_store else None)
     ctx.record.update(world_size=plan.world_size)
-    ctx.record.set_nodes([NodeRecord(n.node.name, n.node_rank, n.node_dir) for n in plan.nodes])
+    ctx.record.set_nodes([NodeRecord(n.node.name, n.node_rank, n.node_dir,
+                                     project_dir=n.project_dir) for n in plan.nodes])
     return plan
 
 

@@ -45,11 +45,6 @@ class NodeLaunch:
     held: bool = False
 
     @property
-    def cwd(self) -> str:
-        """Where the ranks run (a checkpoint's relative path starts there)."""
-        return self.project_dir or self.node_dir
-
-    @property
     def hold_path(self) -> str:
         return rundir.hold_file(self.node_dir)
 

@@ -118,12 +118,9 @@ class Session:
                                   lambda on: self.stacks(nodes=on), self.bus.publish,
                                   self.run_id)
         self.samplers = Samplers()  # each node's telemetry, from start_following to the end
-        self.limit = TimeLimit(config, self.run_id, self.pool.get, lambda n: self.plan.for_node(
-            n).cwd if self.plan else self.recorder.node_dir(n), self.note,  # where ranks run
-            lambda n: self.recorder.update(time_limit=n), self._done)
+        self.limit = TimeLimit(config, self.run_id, self.pool.get, lambda n: self.recorder.nodes(
+            )[n].cwd, self.note, lambda n: self.recorder.update(time_limit=n), self._done)
         self.job = JobWatch.of(config, self.store, self._followers, self.limit.heard)  # Slurm
-
-    # The run's state: every change through the table, by this object alone.
 
     def advance(self, event: RunEvent, **record: Unpack[RunChanges]) -> bool:
         """Move the run by ``event`` and record it (with ``record``'s fields) in the store
@@ -290,11 +287,12 @@ class Session:
         """The result once the run is over and ``run.json`` says so; ``None`` until then."""
         return self.result if self._done.wait(timeout) else None
 
+    def rehearse(self) -> str:  # the time limit's signal now: a preemption tried beforehand
+        return self.limit.rehearse()
+
     def nccl_facts(self) -> NcclFacts:
         """What NCCL said so far, on every node (a copy: lines go on arriving)."""
         return self.evidence.nccl.snapshot()
-
-    # Stopping: every trigger ends in _stop_one, through the one stopper.
 
     def _stop_one(self, name: str, grace: float) -> list[int]:
         left = self.stopper.stop(name, grace)

@@ -85,19 +85,21 @@ class TimeLimit:
         if left > self.lead:
             return max(0.5, left - self.lead)
         if self._claim(LIMIT):
-            threading.Thread(target=self._send, args=(LIMIT, left), daemon=True,
+            threading.Thread(target=self._send_and_look, args=(LIMIT, left), daemon=True,
                              name="ddptui-time-limit").start()
         elif left <= ABSENT_AT_S and self.found is None and self.sent is not None:
-            self._absent(f"Slurm job {info.job_id} ends in {left} s")
+            self.say_absent(f"Slurm job {info.job_id} ends in {left} s")
         return max(0.5, left - ABSENT_AT_S) if left > ABSENT_AT_S else None
 
     def rehearse(self) -> str:
-        """Send the signal now, as the time limit would (in the background); what was done."""
+        """Send the signal now, as the time limit would, then look for the checkpoint in the
+        background; what was done."""
         if not self._claim(REHEARSAL):
             return "the ranks were already sent the signal; the run is saving or has left"
-        threading.Thread(target=self._send, args=(REHEARSAL, None), daemon=True,
+        ranks = self._send(REHEARSAL, None)
+        threading.Thread(target=self._look_until_found, daemon=True,
                          name="ddptui-time-limit").start()
-        return f"sending SIG{self.signal} to every rank, as the time limit would"
+        return f"sent SIG{self.signal} to {ranks} rank(s), as the time limit would"
 
     def settled(self, applied: Callable[[], bool]) -> bool:
         """Every node of the run has ended: True once the last look for a checkpoint still
@@ -114,7 +116,7 @@ class TimeLimit:
     def _last_look(self) -> None:
         self._look()
         if self.found is None:
-            self._absent("the run has ended")
+            self.say_absent("the run has ended")
 
     def _claim(self, why: str) -> bool:
         with self._lock:
@@ -132,7 +134,7 @@ class TimeLimit:
                                    f"(time limit {info.time_limit}, ends {info.end_time})",
                       Level.INFO)
 
-    def _send(self, why: str, left: int | None) -> None:
+    def _send(self, why: str, left: int | None) -> int:
         assert self.sent is not None
         names = [n.name for n in self.config.nodes]
         ranks = 0
@@ -156,6 +158,13 @@ class TimeLimit:
         self.note(self._first, f"{head}sent SIG{self.signal} to {ranks} rank(s) on "
                                f"{len(names)} node(s) so that the run saves a checkpoint; "
                                f"{where}", Level.WARNING)
+        return ranks
+
+    def _send_and_look(self, why: str, left: int | None) -> None:
+        self._send(why, left)
+        self._look_until_found()
+
+    def _look_until_found(self) -> None:
         while self.pattern and self.found is None and not self.done.wait(LOOK_EVERY_S):
             self._look()
 
@@ -188,7 +197,8 @@ class TimeLimit:
         self.note(best.node, f"checkpoint {step} written {found['after_s']:g} s after the "
                              f"signal (node {best.node}: {best.path})", Level.INFO)
 
-    def _absent(self, when: str) -> None:
+    def say_absent(self, when: str) -> None:
+        """No checkpoint newer than the signal was seen by ``when``: said once, plainly."""
         if self._absent_said:
             return
         self._absent_said = True

@@ -32,6 +32,7 @@ from ddptui.tui.dashboard import DashboardScreen
 from ddptui.tui.handle import Attacher, RunFactory, RunLister
 from ddptui.tui.lifecycle import Lifecycle
 from ddptui.tui.overlay import Overlay, overlay_notice, read_overlay
+from ddptui.tui.screens.confirm import ConfirmScreen
 from ddptui.tui.screens.diagnosis import DiagnosisScreen
 from ddptui.tui.screens.help import HelpScreen
 from ddptui.tui.screens.nccl import NcclScreen
@@ -110,6 +111,8 @@ class DashboardApp(Lifecycle):
         Binding("v", "screen.next_view", "View"),
         Binding("m", "screen.toggle_metrics", "Charts"),
         Binding("k", "stacks", "Python stacks of the ranks", show=False),
+        Binding("P", "rehearse", "Rehearse the time limit: every rank saves and leaves",
+                show=False),
         Binding("i", "nccl", "NCCL facts and warnings", show=False),
         Binding("d", "diagnosis", "Why the run failed: ddptui's whole diagnosis", show=False),
         Binding("g", "screen.node_detail", "Node detail: GPUs, CPU, memory, network", show=False),
@@ -275,6 +278,33 @@ class DashboardApp(Lifecycle):
                                   title="Stacks", severity="error")
             return
         self.call_from_thread(self.push_screen, StacksScreen(stacks, rank))
+
+    def action_rehearse(self) -> None:
+        """The time limit's signal to every rank now (``slurm.signal``): a preemption tried
+        before one comes, asked first, since the run saves and leaves."""
+        handle = self.session
+        if handle is None or handle.done:
+            self.notify("No run is going: the signal goes to running ranks.",
+                        severity="warning")
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._rehearse(handle)
+
+        self.push_screen(ConfirmScreen(
+            "Send every rank the time limit's signal now? The run saves a checkpoint and "
+            "leaves, as it would at the allocation's time limit.", yes="Send"), answered)
+
+    @work(thread=True, exclusive=True, group="rehearse")
+    def _rehearse(self, handle: RunHandle) -> None:
+        try:
+            said = handle.rehearse()
+        except Exception as e:  # a node or the engine failed: said, never raised in the app
+            self.call_from_thread(self.notify, f"Could not send the signal: {e}",
+                                  title="Time limit", severity="error")
+            return
+        self.call_from_thread(self.notify, said[:1].upper() + said[1:] + ".", title="Time limit")
 
     # -- compare with a past run -----------------------------------------------------------
 

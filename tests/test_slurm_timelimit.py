@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from slurmcluster import SlurmCluster
-from test_slurm_run import exit_code, run_id_of, spawn
+from test_slurm_run import ddptui, exit_code, run_id_of, spawn
 
 pytestmark = [pytest.mark.cluster, pytest.mark.torchrun]
 
@@ -82,6 +82,15 @@ def test_the_worker_saves_at_the_signal_and_a_new_allocation_resumes_from_it(
     assert second["attempt"]["job"] != head["attempt"]["job"]
     assert second["status"] == "finished" and second.get("time_limit") is None
     assert c.squeue() == []  # both allocations given back
+    # ddptui logs: the attempts as one run's log, and one row in the list
+    logs = ddptui(c, tmp_path, "logs", first)
+    assert logs.returncode == 0, logs.stderr
+    assert (f"---- attempt 2: run {first}.2 in Slurm job {second['attempt']['job']}, resumed "
+            f"from checkpoint step {step} ----") in logs.stdout
+    assert Counter(int(s) for _n, s in STEP_RE.findall(logs.stdout)) == Counter(
+        range(1, STEPS + 1))
+    rows = [ln for ln in ddptui(c, tmp_path, "logs").stdout.splitlines() if first in ln]
+    assert len(rows) == 1 and "finished" in rows[0] and "(2 attempts)" in rows[0], rows
 
 
 def test_a_script_that_saves_nothing_is_said_to_have_saved_nothing(

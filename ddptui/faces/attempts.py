@@ -70,7 +70,11 @@ def run_attempts(session: Session, asked: HostsConfig, allocate: Allocate, *, me
     if session.limit.left_at_limit and code == 0:
         s = session.config.slurm
         if s is not None and not s.owned:
-            out.write(f"ddptui: the ranks left at the time limit's signal. "
-                      f"{requeue_advice(s.job or '$SLURM_JOB_ID')}\n")
+            then = requeue_advice(s.job or "$SLURM_JOB_ID")
+        else:
+            then = ("`slurm.resubmit: N` asks for a new allocation and resumes from the "
+                    "checkpoint, up to N times")
+        out.write(f"ddptui: the ranks left at the time limit's signal, so the run is not "
+                  f"complete (exit code {TIME_LIMIT_EXIT}). {then}\n")
         return TIME_LIMIT_EXIT
     return code

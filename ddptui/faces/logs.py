@@ -39,7 +39,6 @@ def check_stale(base: Path, runs: list[RunSummary], out: TextIO) -> None:
 def show_logs(root: Path | None, run_id: str | None, *, rank: int | None = None,
               node: str | None = None, check: bool = False, out: TextIO = sys.stdout) -> int:
     from ddptui.afterwards.reconcile import list_settled
-    from ddptui.faces.headless import format_line
 
     base = state_root(root)
     if run_id is None:
@@ -56,6 +55,7 @@ def show_logs(root: Path | None, run_id: str | None, *, rank: int | None = None,
             code = "" if r.exit_code is None else str(r.exit_code)
             world = "" if r.world_size is None else str(r.world_size)
             gone = "  (node files removed)" if r.node_files_removed else ""
+            gone += f"  ({r.attempts} attempts)" if r.attempts > 1 else ""
             out.write(f"{r.run_id:<24} {_age(r.started_at):<19} {r.shown_status:<9} "
                       f"{code:>4} {world:>5}  {r.where}{gone}\n")
         if any(r.stale for r in runs):
@@ -63,6 +63,39 @@ def show_logs(root: Path | None, run_id: str | None, *, rank: int | None = None,
                       "`ddptui logs --check` asks its nodes, `ddptui attach RUN_ID` follows "
                       "it again\n")
         return 0
+    try:
+        attempts = read_run(base, run_id).get("attempts") or []
+    except (OSError, ValueError):
+        sys.stderr.write(f"ddptui: {no_run(base, run_id)}\n")
+        return 2
+    worst = 0
+    for each in [run_id, *(a for a in attempts if isinstance(a, str))]:
+        if each != run_id:
+            out.write(attempt_line(base, each) + "\n")
+        worst = max(worst, _one_run(base, each, rank=rank, node=node, check=check, out=out))
+    return worst
+
+
+def attempt_line(base: Path, run_id: str) -> str:
+    """The head of a later attempt's lines, in a resubmitted run's log."""
+    try:
+        meta = read_run(base, run_id)
+    except (OSError, ValueError):
+        return f"ddptui: ---- {run_id}: its record cannot be read here"
+    a = meta.get("attempt") or {}
+    resumed = a.get("resumed_from") if isinstance(a, dict) else None
+    step = (f"checkpoint step {resumed['step']}" if isinstance(resumed, dict)
+            and resumed.get("step") is not None else "no checkpoint ddptui saw")
+    number = a.get("number", "?") if isinstance(a, dict) else "?"
+    job = a.get("job", "?") if isinstance(a, dict) else "?"
+    return (f"ddptui: ---- attempt {number}: run {run_id} in Slurm job {job}, resumed from "
+            f"{step} ----")
+
+
+def _one_run(base: Path, run_id: str, *, rank: int | None, node: str | None, check: bool,
+             out: TextIO) -> int:
+    from ddptui.faces.headless import format_line
+
     d = rundir.run_dir(base, run_id)
     try:
         meta = read_run(base, run_id)

@@ -9,6 +9,7 @@ resolved (the file may have changed since), and for each node its node dir (unde
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -74,6 +75,10 @@ class RunSummary:
     alive_at_check: bool = False  # the last `ddptui logs --check` found processes running
     node_files_removed: bool = False  # `ddptui clean` removed (or found gone) its node dirs
     slurm_job: str | None = None  # the Slurm allocation its nodes came from
+    #: A run resubmitted after its time limit (``slurm.resubmit``): its number of attempts
+    #: in the first one's row; in a later one's, the first's run id.
+    attempts: int = 1
+    first: str | None = None
 
     @property
     def where(self) -> str:
@@ -101,6 +106,27 @@ def list_runs(root: Path | None = None) -> list[RunSummary]:
             continue
         out.append(summary_of(d, data))
     out.sort(key=lambda r: (r.started_at or 0, r.run_id), reverse=True)
+    return one_row_per_run(out)
+
+
+def one_row_per_run(runs: list[RunSummary]) -> list[RunSummary]:
+    """A resubmitted run's attempts as one row: the first's, with the latest one's state
+    (``runs`` newest first)."""
+    firsts = {r.run_id for r in runs if r.first is None}
+    latest: dict[str, RunSummary] = {}
+    count: dict[str, int] = {}
+    for r in runs:
+        if r.first in firsts:
+            latest.setdefault(r.first, r)
+            count[r.first] = count.get(r.first, 1) + 1
+    out = []
+    for r in runs:
+        if r.first in firsts:
+            continue
+        last = latest.get(r.run_id)
+        out.append(r if last is None else dataclasses.replace(
+            r, status=last.status, exit_code=last.exit_code, stale=last.stale,
+            alive_at_check=last.alive_at_check, attempts=count[r.run_id]))
     return out
 
 
@@ -121,6 +147,8 @@ def summary_of(d: Path, data: dict[str, Any]) -> RunSummary:
         alive_at_check=stale and isinstance(checked, dict) and bool(checked.get("alive")),
         node_files_removed=NODE_FILES_REMOVED in data,
         slurm_job=(data.get("config", {}).get("slurm") or {}).get("job"),
+        first=attempt["first"] if isinstance(attempt := data.get("attempt"), dict)
+        and attempt.get("number", 1) > 1 else None,
     )
 
 

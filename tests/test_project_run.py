@@ -41,6 +41,7 @@ import torch.distributed as dist
 from mypkg.util import VALUE
 dist.init_process_group("gloo")
 print(f"MODRANK {dist.get_rank()} {VALUE} {open('data/train.txt').read().strip()}", flush=True)
+dist.barrier()  # no rank leaves while another still connects to it (gloo's full mesh)
 dist.destroy_process_group()
 '''
 

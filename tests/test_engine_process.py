@@ -34,6 +34,7 @@ from ddptui.engine.calls import (
     Launch,
     NcclFactsNow,
     Opened,
+    Rehearsed,
     Reply,
     Request,
     StacksTaken,
@@ -217,6 +218,8 @@ def test_an_unknown_request_is_an_error_in_ddptuis_words(engine: EngineProcess,
         engine.calls.call(Unheard())
     client = engine.open(scripted, str(tmp_path))  # the engine is still there, and answers
     assert client.stacks(2).saved == "asked for 2"
+    assert client.rehearse() == "sent SIGUSR2 to 1 rank(s), as the time limit would"
+    assert (tmp_path / "rehearsed").read_text() == "yes"  # the engine's run was asked
 
 
 SAMPLES: list[Reply] = [
@@ -226,6 +229,7 @@ SAMPLES: list[Reply] = [
     ChartBuilt(*chart_rows("loss", False, [0], lambda r, m: ([0, 1], [1.0, 2.0]), 20, 6)),
     NcclFactsNow(NcclFacts()),
     StacksTaken(Stacks("r1", T0, [NodeStacks("a", [RankStack("a", 0, 0, 41, "Thread 1")])])),
+    Rehearsed("sent SIGUSR2 to 4 rank(s), as the time limit would"),
 ]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -194,7 +195,10 @@ def test_clean_command_on_local_nodes(tmp_path: Path) -> None:
 
     good = hosts_file(sys.executable)
     state = tmp_path / "state"
-    for age, run_id in enumerate(["r0", "r1", "r2"]):
+    # run ids of this test alone: a node program looks at every process of this machine, and
+    # another test's marked processes ("r1/0") would make a run of the same id live
+    ids = [f"clean-{secrets.token_hex(3)}-{i}" for i in range(3)]
+    for age, run_id in enumerate(ids):
         t = time.time() - (age + 1) * DAY
         for rank, n in enumerate("ab"):
             d = node_dir(tmp_path / f"w{n}", run_id, rank=rank, exit_code="0\n")
@@ -212,9 +216,9 @@ def test_clean_command_on_local_nodes(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
     for n in "ab":
         assert f"ddptui: node {n}: freed " in res.stdout and ": 2 runs, 0 code caches" in res.stdout
-        assert [p.name for p in (tmp_path / f"w{n}" / ".ddptui" / "runs").iterdir()] == ["r0"]
+        assert [p.name for p in (tmp_path / f"w{n}" / ".ddptui" / "runs").iterdir()] == ids[:1]
     assert "here (" in res.stdout and ": 2 runs" in res.stdout.split("here (")[1]
-    assert [p.name for p in (state / "runs").iterdir()] == ["r0"]
+    assert [p.name for p in (state / "runs").iterdir()] == ids[:1]
 
 
 # -- over SSH: two hosts, two ranks each ---------------------------------------------------

@@ -14,6 +14,7 @@ import time
 from textual import work
 from textual.app import ComposeResult
 from textual.containers import Horizontal
+from textual.css.query import NoMatches
 from textual.events import Resize
 from textual.reactive import reactive, var
 from textual.screen import Screen
@@ -242,13 +243,16 @@ class DashboardScreen(Screen[None]):
 
     # On the loop: the screen may have closed while the chart was built, and a closed screen
     # has no #chart to find (the query is made here, never in the worker's thread).
+    # While the app exits, a screen still attached may have lost its widgets already.
     def _show_chart(self, lines: list[Strip], plotted: dict[int, int]) -> None:
         if self.is_attached:
-            self.chart.show(lines, plotted)
+            with contextlib.suppress(NoMatches):
+                self.chart.show(lines, plotted)
 
     def _chart_late(self) -> None:
         if self.is_attached:
-            self.chart.dirty = True
+            with contextlib.suppress(NoMatches):
+                self.chart.dirty = True
 
     def redraw_chart(self) -> None:
         """At the next tick, whenever the last drawing was."""
@@ -289,13 +293,17 @@ class DashboardScreen(Screen[None]):
                     rows: list[Row], failures: list[Failure],
                     table_columns: tuple[str, ...] = columns(None)) -> None:
         owner = self.owner
-        if store is not owner.store:
+        if store is not owner.store or not self.is_attached:
+            return
+        try:
+            table, header = self.nodes_table, self.header
+        except NoMatches:  # the screen is closing (the app exits): its widgets are gone
             return
         self._tell_failures(nodes, failures)
-        self.nodes_table.show_rows(rows, table_columns)
+        table.show_rows(rows, table_columns)
         restarts = max((n.attempt for n in nodes), default=0)
         restarting = any(n.status is NodeStatus.RESTARTING for n in nodes)
-        self.header.set_run(info, now, restarts, owner.busy, restarting)
+        header.set_run(info, now, restarts, owner.busy, restarting)
         handle = owner.session
         if handle is not None and not self._done_told and handle.done:
             self._done_told = True

@@ -94,6 +94,9 @@ class FloodRun:
     def rehearse(self) -> str:
         return "no rank here to signal: the flood is not a run"
 
+    def again(self) -> str | None:
+        return None
+
     def detach(self) -> None:
         """The dashboard let go before the end: the flood stops where it is."""
         self._halt.set()

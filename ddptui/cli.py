@@ -255,8 +255,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command in ("dashboard", "run"):
         from ddptui.faces.resolve import run_config, slurm_nodes
 
-        asked = run_config(args)  # a hosts file, -H, or --again; user-wide defaults under each
-        cfg = slurm_nodes(asked, args.slurm_job) if asked is not None else None
+        cfg = run_config(args)  # a hosts file, -H, or --again; user-wide defaults under each
+        cfg = slurm_nodes(cfg, args.slurm_job) if cfg is not None else None
         if cfg is None:
             return USAGE_EXIT
     if args.command in ("dashboard", "run") and not getattr(args, "headless", False):
@@ -334,9 +334,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     from ddptui.faces.attempts import run_attempts
     from ddptui.faces.resolve import slurm_nodes
 
-    assert asked is not None
-    return run_attempts(session, asked, lambda c: slurm_nodes(c, None),
-                        metrics=not args.no_metrics)
+    return run_attempts(session, lambda c: slurm_nodes(c, None), metrics=not args.no_metrics)
 
 
 def _check(args: argparse.Namespace) -> int:

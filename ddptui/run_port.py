@@ -52,6 +52,10 @@ class RunPort(Protocol):
 
     def stop(self, grace: float | None = None) -> StopReport: ...
 
+    def again(self) -> str | None:
+        """Once the run is over: why it is to be tried again in a new allocation (its time
+        limit or a preemption ended it, ``slurm.resubmit``); None when it is not."""
+
     def rehearse(self) -> str:
         """The time limit's signal to every rank now (``slurm.signal``), its checkpoint
         looked for as at the limit: a preemption, tried before one comes. What was done."""

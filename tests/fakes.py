@@ -73,6 +73,10 @@ class FakeController:
         self.rehearsed = getattr(self, "rehearsed", 0) + 1
         return "sent SIGUSR2 to 0 rank(s), as the time limit would"
 
+    def again(self) -> str | None:
+        """A reason set by a test: its time limit ended the run (``slurm.resubmit``)."""
+        return getattr(self, "again_because", None)
+
     def nccl_facts(self) -> NcclFacts:
         """What the store's NCCL lines say, as the session's facts would."""
         facts = NcclFacts()
@@ -207,6 +211,9 @@ class ScriptedRun:
     def rehearse(self) -> str:
         (self.local_dir / "rehearsed").write_text("yes")
         return "sent SIGUSR2 to 1 rank(s), as the time limit would"
+
+    def again(self) -> str | None:
+        return None
 
     def detach(self) -> None:
         (self.local_dir / "detached").write_text("yes")

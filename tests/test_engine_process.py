@@ -27,6 +27,7 @@ from ddptui.chart.rows import chart_rows
 from ddptui.engine.calls import (
     REQUESTS,
     Acked,
+    AgainIs,
     Ask,
     ChartBuilt,
     EngineCalls,
@@ -230,6 +231,7 @@ SAMPLES: list[Reply] = [
     NcclFactsNow(NcclFacts()),
     StacksTaken(Stacks("r1", T0, [NodeStacks("a", [RankStack("a", 0, 0, 41, "Thread 1")])])),
     Rehearsed("sent SIGUSR2 to 4 rank(s), as the time limit would"),
+    AgainIs("the ranks left at Slurm job 7's time limit"),
 ]
 
 

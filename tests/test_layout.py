@@ -384,6 +384,9 @@ GROWN_SINCE = {
         -264,
     "launch/ split by its jobs into launch/ live/ afterwards/ remote/ outcome.py: each "
     "package's docstring (issue 34)": 14,
+    "Slurm's time limit seen coming: the ranks signalled at the lead and their checkpoint "
+    "named (live/timelimit.py, live/allocation.py, remote/checkpoint.py), a run's next "
+    "attempt in a new allocation (afterwards/resubmit.py) (issue 35)": 467,
 }
 
 

@@ -17,6 +17,7 @@ from ddptui.events import Level, RunStatus
 from ddptui.live.timelimit import TimeLimit
 from ddptui.remote.checkpoint import pattern, step_of
 from ddptui.run_state import NodeRecord, RunRecord
+from ddptui.slurm.attempts import attempt_id, first_of, why_again
 from ddptui.slurm.jobinfo import JobEnd, JobInfo, seconds_left, slurm_duration
 from ddptui.store.runs import RunSummary, one_row_per_run
 from ddptui.transport.base import CommandResult
@@ -54,17 +55,17 @@ def owned(resubmit_n: int) -> HostsConfig:
 def test_a_run_is_tried_again_only_for_the_time_limit_or_a_preemption_within_its_budget(
         ) -> None:
     c = owned(1)
-    assert resubmit.why_again(c, 1, left_at_limit=True, end=None, stopped=False) == (
+    assert why_again(c, 1, left_at_limit=True, end=None, stopped=False) == (
         "the ranks left at Slurm job 7's time limit")
-    assert resubmit.why_again(c, 1, left_at_limit=False, end=JobEnd("7", "PREEMPTED", "x"),
+    assert why_again(c, 1, left_at_limit=False, end=JobEnd("7", "PREEMPTED", "x"),
                               stopped=False) == "Slurm job 7 ended (PREEMPTED)"
-    assert resubmit.why_again(c, 2, left_at_limit=True, end=None, stopped=False) is None
-    assert resubmit.why_again(c, 1, left_at_limit=True, end=None, stopped=True) is None
-    assert resubmit.why_again(c, 1, left_at_limit=False, end=JobEnd("7", "FAILED", "x"),
+    assert why_again(c, 2, left_at_limit=True, end=None, stopped=False) is None
+    assert why_again(c, 1, left_at_limit=True, end=None, stopped=True) is None
+    assert why_again(c, 1, left_at_limit=False, end=JobEnd("7", "FAILED", "x"),
                               stopped=False) is None
-    assert resubmit.why_again(owned(0), 1, left_at_limit=True, end=None, stopped=False) is None
+    assert why_again(owned(0), 1, left_at_limit=True, end=None, stopped=False) is None
     theirs = dataclasses.replace(c, slurm=dataclasses.replace(c.slurm, owned=False))
-    assert resubmit.why_again(theirs, 1, left_at_limit=True, end=None, stopped=False) is None
+    assert why_again(theirs, 1, left_at_limit=True, end=None, stopped=False) is None
 
 
 def test_a_later_attempt_of_the_worker_resumes_from_the_first_attempts_snapshots() -> None:
@@ -84,8 +85,8 @@ def test_a_later_attempt_of_the_worker_resumes_from_the_first_attempts_snapshots
     assert nxt.slurm.template.env == {"DDPTUI_ATTEMPT": "2",
                                       "DDPTUI_RESUME_FROM": "/w/r1/node0/ckpt/s-5.pt"}
     assert nxt.slurm.job is None  # a new allocation is asked for
-    assert resubmit.attempt_id("r1", 2) == "r1.2" and resubmit.first_of("r1.2") == "r1"
-    assert resubmit.first_of("20261127-1-ab12") == "20261127-1-ab12"
+    assert attempt_id("r1", 2) == "r1.2" and first_of("r1.2") == "r1"
+    assert first_of("20261127-1-ab12") == "20261127-1-ab12"
 
 
 def test_time_left_is_counted_from_slurms_end_time() -> None:

@@ -227,6 +227,39 @@ async def test_rehearsing_the_time_limit_asks_then_signals_the_ranks() -> None:
 
 
 @sync
+async def test_a_run_its_time_limit_ended_is_followed_by_its_next_attempt() -> None:
+    """slurm.resubmit in the dashboard: once the run ends and its handle says why it is to be
+    tried again, the next attempt's handle is made (a new allocation, in the engine) and
+    followed; a run that ends for any other reason is not."""
+    asked: list[tuple[str, str]] = []
+
+    def next_attempt(config: HostsConfig, root: Path | None, previous: str) -> FakeController:
+        asked.append((str(config.path), previous))
+        return FakeController(run_id=f"{previous}.2")
+
+    app = make_app(attempt_factory=next_attempt)
+    async with app.run_test(size=(80, 24)) as pilot:
+        first = await launched(pilot, app)
+        first.config = HostsConfig(Path("hosts.yaml"), ())
+        first.again_because = "the ranks left at Slurm job 7's time limit"
+        first.result = RunResult(exit_code=0, failures=[], node_exit_codes={}, stopped=False)
+        first._done = True
+        await until(pilot, lambda: app.session is not first and app.session is not None
+                    and app.session.done is False and FakeController.instances[-1].launched == 1,
+                    "the next attempt to be launched")
+        assert asked == [("hosts.yaml", "fake-run")]
+        assert app.session.run_id == "fake-run.2"
+        assert "the ranks left at Slurm job 7's time limit: asking Slurm for a new allocation" \
+            in toasts(app)
+        second = FakeController.instances[-1]
+        second.result = RunResult(exit_code=0, failures=[], node_exit_codes={}, stopped=False)
+        second._done = True  # no reason given: the end stands
+        await settle(pilot, app)
+        await pilot.pause(0.5)
+        assert asked == [("hosts.yaml", "fake-run")] and app.session is second
+
+
+@sync
 async def test_restart_stops_then_launches_a_fresh_run() -> None:
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:

@@ -10,48 +10,56 @@ file's check says what to do instead (:func:`ddptui.config.slurm.requeue_advice`
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ddptui.config import HostsConfig, NodeConfig
+from ddptui.live.session import Session
 from ddptui.run_state import Attempt, Checkpoint, RunRecord
-from ddptui.slurm.jobinfo import JobEnd
+from ddptui.slurm.allocation import give_back
+from ddptui.slurm.attempts import attempt_id, first_of
+from ddptui.slurm.jobinfo import SlurmError
 from ddptui.store import rundir
 from ddptui.store.record import Recorder
 
-#: Slurm's ends that a new allocation answers: the time ran out, or a job of higher priority
-#: took the nodes. Any other end (a failure, a cancel) is not tried again.
-ENDS_RESUBMITTED = frozenset({"TIMEOUT", "PREEMPTED"})
+#: Makes a hosts file's allocation: asks Slurm, saying how the request stands; None (the
+#: reason said) or a SlurmError when it cannot.
+Allocate = Callable[[HostsConfig], HostsConfig | None]
+
 #: What the ranks are told of the attempt they are in (a script may resume on it).
 ATTEMPT_ENV = "DDPTUI_ATTEMPT"
 RESUME_ENV = "DDPTUI_RESUME_FROM"
-_ATTEMPT_ID = re.compile(r"^(?P<first>.+)\.(?P<n>[2-9]|[1-9]\d+)$")
 _SNAPSHOT_DIR = "--snapshot-dir"
 
 
-def attempt_id(first: str, number: int) -> str:
-    return first if number == 1 else f"{first}.{number}"
-
-
-def first_of(run_id: str) -> str:
-    """The first attempt's run id (a run resubmitted never is itself)."""
-    m = _ATTEMPT_ID.match(run_id)
-    return m.group("first") if m else run_id
-
-
-def why_again(config: HostsConfig, number: int, *, left_at_limit: bool, end: JobEnd | None,
-              stopped: bool) -> str | None:
-    """Why attempt ``number`` is followed by another, in ddptui's words; None: it is not."""
-    s = config.slurm
-    if s is None or not s.owned or stopped or number > s.resubmit:
+def start_attempt(previous: HostsConfig, root: Path, previous_id: str, allocate: Allocate
+                  ) -> Session | None:
+    """The session of the next attempt after run ``previous_id`` (its hosts file as it ran,
+    ``previous``), in a new allocation of the same shape, linked to the first attempt, not yet
+    launched; None when no allocation was made (said by ``allocate``)."""
+    first = first_of(previous_id)
+    before = Recorder.of_run(rundir.run_dir(root, previous_id)).record()
+    number = (before.attempt["number"] if before.attempt else 1) + 1
+    head = before if first == previous_id else Recorder.of_run(
+        rundir.run_dir(root, first)).record()
+    resume = before.time_limit["checkpoint"] if before.time_limit else None
+    s = previous.slurm
+    asked = previous if s is None else dataclasses.replace(
+        previous, slurm=dataclasses.replace(s, job=None, owned=False))
+    cfg = allocate(next_config(asked, number, head, resume))
+    if cfg is None:
         return None
-    if end is not None and end.state in ENDS_RESUBMITTED:
-        return f"Slurm job {end.job_id} ended ({end.state})"
-    if left_at_limit:
-        return f"the ranks left at Slurm job {s.job}'s time limit"
-    return None
+    job = cfg.slurm.job if cfg.slurm is not None and cfg.slurm.job else "?"
+    try:
+        session = Session(cfg, state_root=root, run_id=attempt_id(first, number))
+        link(root, first, number, job, resume, session.recorder)
+    except BaseException:  # nothing runs in the allocation just asked for: give it back
+        with contextlib.suppress(SlurmError):
+            give_back(job)
+        raise
+    return session
 
 
 def next_config(asked: HostsConfig, number: int, first: RunRecord,

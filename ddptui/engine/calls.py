@@ -76,6 +76,11 @@ class Rehearsed:
 
 
 @dataclass(frozen=True, slots=True)
+class AgainIs:
+    why: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class StacksTaken:
     stacks: Stacks
 
@@ -144,6 +149,11 @@ class Rehearse(Ask[Rehearsed]):
 
 
 @dataclass(frozen=True, slots=True)
+class Again(Ask[AgainIs]):
+    reply = AgainIs
+
+
+@dataclass(frozen=True, slots=True)
 class Leave(Ask[Acked]):
     """Detach from a run still going (never stop it), send what the store holds, and end."""
 
@@ -152,9 +162,10 @@ class Leave(Ask[Acked]):
 
 #: Every request the engine answers.
 Request = (Open | Launch | Stop | Detach | BuildChart | GetNcclFacts | TakeStacks | Rehearse
-           | Leave)
-REQUESTS = (Open, Launch, Stop, Detach, BuildChart, GetNcclFacts, TakeStacks, Rehearse, Leave)
-Reply = Opened | Acked | Stopped | ChartBuilt | NcclFactsNow | StacksTaken | Rehearsed
+           | Again | Leave)
+REQUESTS = (Open, Launch, Stop, Detach, BuildChart, GetNcclFacts, TakeStacks, Rehearse, Again,
+            Leave)
+Reply = Opened | Acked | Stopped | ChartBuilt | NcclFactsNow | StacksTaken | Rehearsed | AgainIs
 
 
 def error_payload(e: BaseException) -> tuple[str, str, list[str] | None]:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 
 from ddptui.engine.calls import (
+    Again,
     BuildChart,
     Detach,
     EngineCalls,
@@ -87,6 +88,9 @@ class EngineClient:
 
     def rehearse(self) -> str:
         return self.engine.calls.call(Rehearse()).said
+
+    def again(self) -> str | None:
+        return self.engine.calls.call(Again()).why
 
     def chart(self, metric: str, log_y: bool, width: int, height: int) -> Chart:
         """The chart, built in the engine from its own series (see ``ddptui.chart.rows``);

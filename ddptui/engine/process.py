@@ -33,6 +33,8 @@ from ddptui.config import HostsConfig
 from ddptui.engine.calls import (
     REQUESTS,
     Acked,
+    Again,
+    AgainIs,
     BuildChart,
     ChartBuilt,
     Detach,
@@ -69,6 +71,27 @@ def new_run(config: HostsConfig, state_root: Path | None, preflight: bool = True
     from ddptui.live.session import Session
 
     session = Session(config, state_root=state_root)
+    session.preflight = preflight
+    return session
+
+
+def next_attempt(config: HostsConfig, state_root: Path | None, previous: str,
+                 preflight: bool = True) -> RunPort:
+    """The attempt after run ``previous``, which its allocation's time limit ended, in a new
+    allocation asked for here (``slurm.resubmit``; see :mod:`ddptui.afterwards.resubmit`)."""
+    from ddptui.afterwards.resubmit import start_attempt
+    from ddptui.outcome import LaunchError
+    from ddptui.slurm.allocation import resolve
+    from ddptui.slurm.jobinfo import SlurmError
+    from ddptui.store.runs import state_root as resolve_root
+
+    try:
+        session = start_attempt(config, resolve_root(state_root), previous,
+                                lambda c: resolve(c, say=print))
+    except SlurmError as e:
+        raise LaunchError([f"the next attempt of run {previous} got no allocation: {e}"]) \
+            from None
+    assert session is not None  # resolve raises rather than return nothing
     session.preflight = preflight
     return session
 
@@ -189,6 +212,8 @@ class _Engine:
                 return StacksTaken(run.stacks(rank))
             case Rehearse():
                 return Rehearsed(run.rehearse())
+            case Again():
+                return AgainIs(run.again())
             case Leave():  # answered by serve, which then ends
                 return Acked()
             case _:

@@ -26,6 +26,7 @@ from ddptui.launch import phases, withheld
 from ddptui.launch.plan import Plan, new_run_id
 from ddptui.launch.ports import Abort, LaunchContext, NodePool
 from ddptui.live import attach
+from ddptui.live.allocation import Allocation
 from ddptui.live.bus import EventBus, Listener
 from ddptui.live.evidence import Evidence
 from ddptui.live.faults import OwnFaults
@@ -33,7 +34,6 @@ from ddptui.live.follow import Batch, Finished, NodeFollower, read_size, tune_gc
 from ddptui.live.liveness import Reaper, Watch, fetch_into, reap
 from ddptui.live.samplers import Samplers
 from ddptui.live.stalls import HealthWatch
-from ddptui.live.timelimit import TimeLimit
 from ddptui.metrics.scan import Scanners
 from ddptui.nccl import NcclFacts
 from ddptui.nodelog import NodeLogParser
@@ -53,7 +53,7 @@ from ddptui.run_state import (
     RunRecord,
     run_next,
 )
-from ddptui.slurm.ending import JobWatch, job_ended, release
+from ddptui.slurm.ending import job_ended, release
 from ddptui.store import rundir
 from ddptui.store.record import Recorder
 from ddptui.store.runs import new_record, run_taken
@@ -118,9 +118,9 @@ class Session:
                                   lambda on: self.stacks(nodes=on), self.bus.publish,
                                   self.run_id)
         self.samplers = Samplers()  # each node's telemetry, from start_following to the end
-        self.limit = TimeLimit(config, self.run_id, self.pool.get, lambda n: self.recorder.nodes(
-            )[n].cwd, self.note, lambda n: self.recorder.update(time_limit=n), self._done)
-        self.job = JobWatch.of(config, self.store, self._followers, self.limit.heard)  # Slurm
+        self.slurm = Allocation(config, self.run_id, self.store, self._followers, self.pool.get,
+                                lambda n: self.recorder.nodes()[n].cwd, self.note,
+                                lambda n: self.recorder.update(time_limit=n), self._done)
 
     def advance(self, event: RunEvent, **record: Unpack[RunChanges]) -> bool:
         """Move the run by ``event`` and record it (with ``record``'s fields) in the store
@@ -210,12 +210,12 @@ class Session:
                 raw_path=rundir.node_log(self.local_dir, name), scanner=self.scanner[name],
                 parser=parsers.get(name) or NodeLogParser(name), out=self.bus.queue,
                 masker=self.masker, pgid=self.recorder.pgid(name), stopping=self._stopping,
-                reconnect=partial(self.pool.reopen, node, self.job.poke),  # lost
+                reconnect=partial(self.pool.reopen, node, self.slurm.job.poke),  # lost
                 poll=self.poll, chunk=read_size(len(self.config.nodes)), python=node.python)
             self._followers[name] = f
             f.start()
         self.watch.start()
-        self.job.start(self._done)
+        self.slurm.job.start(self._done)
         self.samplers.start(self.config, self.run_id, transport=self.pool.current,
                             node_dir=self.recorder.node_dir, pgid=self.recorder.pgid,
                             publish=self.publish, note=self.note)
@@ -232,7 +232,7 @@ class Session:
                           {n: f.disk_error for n, f in self._followers.items()})
 
     def _tick(self, applied: bool) -> bool:
-        if len(self._finished) == len(self.config.nodes) and self.limit.settled(
+        if len(self._finished) == len(self.config.nodes) and self.slurm.limit.settled(
                 self.bus.queue.empty):  # its last look said, in the store, before the end
             try:
                 self.conclude()
@@ -259,12 +259,12 @@ class Session:
         if code != 0 and not stopped:  # a run a person stopped has no cause to find
             world = self.plan.world_size if self.plan else self.recorder.record().world_size
             found, why_not = self.evidence.diagnose(names, world, code)
-            found = job_ended(self.config, found, self.job.end) or found  # Slurm ended it
+            found = job_ended(self.config, found, self.slurm.job.end) or found  # Slurm ended it
         lost = [n for n, f in self._finished.items() if f.status is NodeStatus.LOST]
         for n in lost:  # the connection of a node given up by a stop may be blocked as well
             self.pool.drop(n)
-        self.reaper = reap([n for n in lost if n in self.recorder.nodes() and not self.job.gone],
-                           self.config, self.run_id, self.stopper, self.recorder,  # first
+        seek = [n for n in lost if n in self.recorder.nodes() and not self.slurm.job.gone]
+        self.reaper = reap(seek, self.config, self.run_id, self.stopper, self.recorder,  # first
                            lambda n, t: fetch_into(self.store, self._followers[n], t))
         codes = {n: f.exit_code for n, f in self._finished.items()}
         self.result = RunResult(code, failures, codes, stopped, found, self.faults.text())
@@ -284,14 +284,16 @@ class Session:
                     rank=rank, mask=self.masker.text)  # saved in the run dir, secrets hidden
 
     def wait(self, timeout: float | None = None) -> RunResult | None:
-        """The result once the run is over and ``run.json`` says so; ``None`` until then."""
-        return self.result if self._done.wait(timeout) else None
+        return self.result if self._done.wait(timeout) else None  # once run.json says so
 
     def rehearse(self) -> str:  # the time limit's signal now: a preemption tried beforehand
-        return self.limit.rehearse()
+        return self.slurm.limit.rehearse()
 
-    def nccl_facts(self) -> NcclFacts:
-        """What NCCL said so far, on every node (a copy: lines go on arriving)."""
+    def again(self) -> str | None:  # a new allocation for the run now over (slurm.resubmit)?
+        return self.slurm.again(self.recorder.attempt(), stopped=bool(self.result and
+                                                                      self.result.stopped))
+
+    def nccl_facts(self) -> NcclFacts:  # a copy: lines go on arriving
         return self.evidence.nccl.snapshot()
 
     def _stop_one(self, name: str, grace: float) -> list[int]:

@@ -24,11 +24,11 @@ from ddptui.slurm.client import UnknownJob
 from ddptui.slurm.jobinfo import JobEnd, JobInfo, SlurmError, ended_words, time_left
 
 
-class _Followed(Protocol):
+class Followed(Protocol):
     def give_up(self, detail: str) -> bool: ...
 
 
-class _RunInfo(Protocol):
+class RunInfo(Protocol):
     def set_run(self, *, scheduler: str) -> None: ...
 
 
@@ -124,7 +124,7 @@ class JobWatch:
         return self.end is not None
 
     @classmethod
-    def of(cls, config: HostsConfig, store: _RunInfo, followers: Mapping[str, _Followed],
+    def of(cls, config: HostsConfig, store: RunInfo, followers: Mapping[str, Followed],
            heard: Callable[[JobInfo], float | None] | None = None) -> JobWatch:
         """Shown in the store's run info; ending gives up every node still followed."""
         def ended(why: str) -> None:

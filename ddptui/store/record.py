@@ -93,6 +93,11 @@ class Recorder:
         with self._lock:
             return self._record
 
+    def attempt(self) -> int:
+        """Which attempt of its run this is (1 unless resubmitted, see ``slurm.resubmit``)."""
+        a = self.record().attempt
+        return a["number"] if a is not None else 1
+
     def has_nodes(self) -> bool:
         return bool(self.record().nodes)
 

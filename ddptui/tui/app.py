@@ -24,12 +24,12 @@ from textual.screen import Screen
 from ddptui.config import HostsConfig
 from ddptui.config.model import HealthConfig
 from ddptui.engine.client import EngineClient, Spare
-from ddptui.engine.process import attach_run, new_run
+from ddptui.engine.process import attach_run, new_run, next_attempt
 from ddptui.run_port import RunHandle
 from ddptui.store.runs import RunSummary
 from ddptui.store.store import Store
 from ddptui.tui.dashboard import DashboardScreen
-from ddptui.tui.handle import Attacher, RunFactory, RunLister
+from ddptui.tui.handle import Attacher, AttemptFactory, RunFactory, RunLister
 from ddptui.tui.lifecycle import Lifecycle
 from ddptui.tui.overlay import Overlay, overlay_notice, read_overlay
 from ddptui.tui.screens.confirm import ConfirmScreen
@@ -86,6 +86,8 @@ class DashboardApp(Lifecycle):
         state_root: Where runs are recorded (None: the default).
         session_factory: Makes a new run's handle; by default in an engine process.
         attacher: Makes a handle following a recorded run; by default in an engine process.
+        attempt_factory: Makes the handle of a run's next attempt in a new allocation (its
+            time limit ended it); by default in an engine process, with the default factory.
         run_lister: The recorded runs, for the attach picker.
         store: A store to show before any run (tests and snapshots replay into one).
         clock: The wall clock for ages, the elapsed time and saved views' names.
@@ -140,6 +142,7 @@ class DashboardApp(Lifecycle):
         state_root: Path | None = None,
         session_factory: RunFactory | None = None,
         attacher: Attacher | None = None,
+        attempt_factory: AttemptFactory | None = None,
         run_lister: RunLister | None = None,
         store: Store | None = None,
         clock: Callable[[], float] = time.time,
@@ -150,7 +153,9 @@ class DashboardApp(Lifecycle):
         super().__init__(config, state_root=state_root,
                          run_factory=session_factory or self._new_engine_run,
                          attacher=attacher or self._attach_engine_run,
-                         run_lister=run_lister or _list_runs, store=store)
+                         run_lister=run_lister or _list_runs, store=store,
+                         attempt_factory=attempt_factory or (
+                             self._next_engine_attempt if session_factory is None else None))
         #: Real runs go to engine processes; with a hosts file to launch, one is started
         #: at mount, ready for use.
         self.spare = Spare() if session_factory is None or attacher is None else None
@@ -210,6 +215,11 @@ class DashboardApp(Lifecycle):
     def _new_engine_run(self, config: HostsConfig, state_root: Path | None) -> EngineClient:
         assert self.spare is not None
         return self.spare.open(new_run, config, state_root, self.preflight)
+
+    def _next_engine_attempt(self, config: HostsConfig, state_root: Path | None,
+                             previous: str) -> EngineClient:
+        assert self.spare is not None
+        return self.spare.open(next_attempt, config, state_root, previous, self.preflight)
 
     def _attach_engine_run(self, run_id: str, state_root: Path | None) -> EngineClient:
         assert self.spare is not None

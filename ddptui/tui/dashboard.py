@@ -310,6 +310,7 @@ class DashboardScreen(Screen[None]):
             notice = finished_notice(handle.run_id, handle.result)
             if notice is not None:
                 owner.show_notice(notice)
+            owner.after_end(handle)
 
     def _tell_failures(self, nodes: list[NodeView], failures: list[Failure]) -> None:
         """Toasts for the failures, node changes and stalls not told yet."""

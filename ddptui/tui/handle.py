@@ -18,5 +18,8 @@ RunFactory = Callable[[HostsConfig, Path | None], RunHandle]
 """Builds a handle for a new run of a hosts file, under a state root."""
 Attacher = Callable[[str, Path | None], RunHandle]
 """Builds a handle following the run of that id, under a state root."""
+AttemptFactory = Callable[[HostsConfig, Path | None, str], RunHandle]
+"""Builds the handle of the attempt after a run that its allocation's time limit ended (its
+hosts file as it ran, the state root, its run id): a new allocation is asked for first."""
 RunLister = Callable[[Path | None], list[RunSummary]]
 """The runs recorded under a state root, newest first."""

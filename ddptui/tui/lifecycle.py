@@ -20,7 +20,7 @@ from ddptui.outcome import LaunchError
 from ddptui.run_port import RunHandle
 from ddptui.store.runs import RunSummary
 from ddptui.store.store import Store
-from ddptui.tui.handle import Attacher, RunFactory, RunLister
+from ddptui.tui.handle import Attacher, AttemptFactory, RunFactory, RunLister
 from ddptui.tui.notices import Notice, quit_question, stop_question, stop_report_notice
 from ddptui.tui.screens.confirm import ConfirmScreen
 from ddptui.tui.screens.quit import QuitChoice, QuitScreen
@@ -43,7 +43,7 @@ class Lifecycle(App[int]):
 
     def __init__(self, config: HostsConfig | None, *, state_root: Path | None,
                  run_factory: RunFactory, attacher: Attacher, run_lister: RunLister,
-                 store: Store | None) -> None:
+                 store: Store | None, attempt_factory: AttemptFactory | None = None) -> None:
         super().__init__()
         #: The hosts file given on the command line, if any.
         self.config = config
@@ -51,6 +51,7 @@ class Lifecycle(App[int]):
         self.run_factory = run_factory
         self.attacher = attacher
         self.run_lister = run_lister
+        self.attempt_factory = attempt_factory
         #: The run followed, if any.
         self.session: RunHandle | None = None
         #: What the screen shows: the handle's store, or one given (tests, snapshots).
@@ -145,6 +146,36 @@ class Lifecycle(App[int]):
             message = str(e) if said else f"{type(e).__name__}: {e}"
             self.call_from_thread(self.notify, message, title="Launch failed",
                                   severity="error", timeout=30)
+        finally:
+            self.call_from_thread(self._set_busy, Busy.IDLE)
+
+    # -- a new allocation after the time limit (slurm.resubmit) ----------------------------
+
+    def after_end(self, handle: RunHandle) -> None:
+        if self.attempt_factory is not None:
+            self._again(handle, self.attempt_factory)
+
+    @work(thread=True, exclusive=True, group="attempt")
+    def _again(self, handle: RunHandle, factory: AttemptFactory) -> None:
+        try:
+            why = handle.again()
+        except Exception:  # the engine is gone: nothing here to bring back
+            return
+        config = handle.config
+        if why is None or config is None or handle is not self.session or self.busy:
+            return
+        self.call_from_thread(self.notify, f"{why}: asking Slurm for a new allocation of the "
+                              "same shape, to resume from the checkpoint", title="Resubmitting",
+                              timeout=15)
+        self.call_from_thread(self._set_busy, Busy.LAUNCHING)
+        try:
+            session = factory(config, self.state_root, handle.run_id)
+            self.call_from_thread(self.use_session, session)
+            session.launch()
+        except Exception as e:  # LaunchError says what to fix; anything else is a bug report
+            said = isinstance(e, LaunchError | EngineError)
+            self.call_from_thread(self.notify, str(e) if said else f"{type(e).__name__}: {e}",
+                                  title="Resubmission failed", severity="error", timeout=30)
         finally:
             self.call_from_thread(self._set_busy, Busy.IDLE)
 

@@ -61,3 +61,6 @@ class DashboardOwner(FollowedRun, Protocol):
 
     def show_notice(self, notice: Notice) -> None:
         """Tell the user: failures, node changes, stalls and the run's end, as toasts."""
+
+    def after_end(self, handle: RunHandle) -> None:
+        """The run followed has ended (said once): it may be tried again in a new allocation."""

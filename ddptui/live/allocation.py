@@ -11,19 +11,23 @@ from collections.abc import Callable, Mapping
 
 from ddptui.config import HostsConfig
 from ddptui.live.timelimit import Note, TimeLimit
-from ddptui.run_state import TimeLimitNote
 from ddptui.slurm.attempts import why_again
 from ddptui.slurm.ending import Followed, JobWatch, RunInfo
+from ddptui.store.record import Recorder
 from ddptui.transport.base import Transport
 
 
 class Allocation:
     def __init__(self, config: HostsConfig, run_id: str, store: RunInfo,
                  followers: Mapping[str, Followed], transport: Callable[[str], Transport],
-                 cwd: Callable[[str], str], note: Note,
-                 record: Callable[[TimeLimitNote], None], done: threading.Event) -> None:
+                 recorder: Recorder, note: Note, done: threading.Event) -> None:
+        """``recorder``: the run's, where each node's working folder is (a checkpoint's
+        pattern starts there) and the signal is kept (a run reopened does not send it
+        twice)."""
         self.config = config
-        self.limit = TimeLimit(config, run_id, transport, cwd, note, record, done)
+        self.limit = TimeLimit(config, run_id, transport, lambda n: recorder.nodes()[n].cwd,
+                               note, lambda sent: recorder.update(time_limit=sent), done,
+                               recorder.record().time_limit)
         self.job = JobWatch.of(config, store, followers, self.limit.heard)
 
     def again(self, number: int, *, stopped: bool) -> str | None:

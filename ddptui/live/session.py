@@ -119,8 +119,7 @@ class Session:
                                   self.run_id)
         self.samplers = Samplers()  # each node's telemetry, from start_following to the end
         self.slurm = Allocation(config, self.run_id, self.store, self._followers, self.pool.get,
-                                lambda n: self.recorder.nodes()[n].cwd, self.note,
-                                lambda n: self.recorder.update(time_limit=n), self._done)
+                                self.recorder, self.note, self._done)
 
     def advance(self, event: RunEvent, **record: Unpack[RunChanges]) -> bool:
         """Move the run by ``event`` and record it (with ``record``'s fields) in the store

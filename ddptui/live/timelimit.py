@@ -45,11 +45,13 @@ class TimeLimit:
         note: ddptui's line about a node, for every face.
         record: Takes the signal's record (``run.json``'s ``time_limit``) as it changes.
         done: Set once the run is over: the look for a checkpoint ends then.
+        sent: The signal already sent, for a run reopened (``ddptui attach``).
     """
 
     def __init__(self, config: HostsConfig, run_id: str, transport: Callable[[str], Transport],
                  cwd: Callable[[str], str], note: Note,
-                 record: Callable[[TimeLimitNote], None], done: threading.Event) -> None:
+                 record: Callable[[TimeLimitNote], None], done: threading.Event,
+                 sent: TimeLimitNote | None = None) -> None:
         s = config.slurm
         self.config, self.run_id = config, run_id
         self.signal = s.signal if s is not None else "USR2"
@@ -57,7 +59,7 @@ class TimeLimit:
         self.pattern = checkpoint.pattern(config)
         self.transport, self.cwd, self.note, self.record = transport, cwd, note, record
         self.done = done
-        self.sent: TimeLimitNote | None = None
+        self.sent = sent  # as run.json kept it, for a run reopened (attach)
         self._lock = threading.Lock()
         self._told: set[int] | None = None
         self._absent_said = False
@@ -130,7 +132,8 @@ class TimeLimit:
         crossed = {m for m in MILESTONES if left <= m}
         if self._told is None or crossed - self._told:
             self._told = crossed
-            self.note(self._first, f"Slurm job {info.job_id}: {slurm_duration(left)} left "
+            self.note(self._first, f"Slurm job {info.job_id} {info.state}: "
+                                   f"{slurm_duration(left)} left "
                                    f"(time limit {info.time_limit}, ends {info.end_time})",
                       Level.INFO)
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from slurmcluster import SlurmCluster
-from test_slurm_run import ddptui, exit_code, run_id_of, spawn
+from test_slurm_run import ddptui, exit_code, run_id_of, spawn, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.torchrun]
 
@@ -32,9 +32,10 @@ STEP_RE = re.compile(r"^\[(sn\d) r0\] step (\d+) loss ", re.M)
 
 
 def hosts(tmp: Path, slurm: dict[str, Any], job: dict[str, Any]) -> Path:
+    asked = {} if "job" in slurm else {"nodes": 2, "time": "1"}
     d = {"defaults": {"python": sys.executable, "nproc_per_node": 1,
                       "workdir": str(tmp / "w"), "env": {"OMP_NUM_THREADS": 1}},
-         "slurm": {"nodes": 2, "time": "1", "signal_before": 30, **slurm},
+         "slurm": {**asked, "signal_before": 30, **slurm},
          "job": {"stop_grace": 3, **job}}
     path = tmp / "hosts.yaml"
     path.write_text(yaml.safe_dump(d, sort_keys=False))
@@ -116,3 +117,32 @@ def test_a_script_that_saves_nothing_is_said_to_have_saved_nothing(
     assert "attempt 2" not in text
     meta = record(tmp_path, run_id_of(text))
     assert meta["time_limit"]["checkpoint"] is None and meta["time_limit"]["ranks"] == 2
+
+
+def test_a_rehearsal_in_the_users_allocation_saves_and_says_how_to_requeue(
+        slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    """`ddptui rehearse RUN_ID` from another shell: the ranks save now; the run, in an
+    allocation the user holds (10 minutes: no lead comes), ends with exit code 3 and the
+    lines that requeue it."""
+    c = slurm_cluster
+    job = c.salloc(2, "--time=10")
+    try:
+        proc, out = spawn(c, tmp_path, "run", str(hosts(tmp_path, {"job": job},
+                                                           {"args": WORKER})), "--headless")
+        text = wait_for(out, r"^\[sn1 r0\] step 20 loss ", proc, 120)
+        run_id = run_id_of(text)
+        said = ddptui(c, tmp_path, "rehearse", run_id, "--wait", "60")
+        assert said.returncode == 0, said.stdout + said.stderr
+        assert said.stdout.startswith("ddptui: rehearsing the time limit: sent SIGUSR2 to 2 "
+                                      "rank(s) on 2 node(s)"), said.stdout
+        found = re.search(r"checkpoint step (\d+) written [\d.]+ s after the signal", said.stdout)
+        assert found is not None, said.stdout
+        assert exit_code(proc, out, 60) == 3, out.read_text()[-3000:]
+        text = out.read_text()
+        assert f"SIGUSR2 at step {found.group(1)}: snapshot " in text
+        assert ("the ranks left at the time limit's signal, so the run is not complete (exit "
+                "code 3). For an allocation you made") in text
+        assert f"scontrol requeue {job}" in text
+        assert c.state(job) == "RUNNING"  # the user's allocation is left alone
+    finally:
+        c.scancel(job)

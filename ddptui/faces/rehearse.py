@@ -56,7 +56,7 @@ def rehearse(state_root: Path | None, run_id: str, *, wait: float = WAIT_S,
     limit = TimeLimit(config, run_id, transports.__getitem__, dirs.__getitem__, note,
                       lambda _n: None, done)
     try:
-        out.write(f"ddptui: {limit.rehearse()}\n")
+        limit.rehearse()  # says what it sent, through note
         deadline = time.monotonic() + wait
         while limit.found is None and time.monotonic() < deadline and limit.pattern:
             time.sleep(0.5)

@@ -294,3 +294,28 @@ def test_the_srun_agent_runs_a_command_and_says_its_exit_code() -> None:
         data = data[frames.HEADER.size + n:]
     assert got[0] == (0, 10, b"ready")
     assert (7, 11, b"hi\n") in got and got[-1] == (7, 13, b"3")
+
+
+def test_signal_ranks_leaves_its_mark_first_and_signals_only_the_ranks(tmp_path: Path) -> None:
+    """The mark says why the ranks left to a ddptui that follows the run from elsewhere; a
+    process of the run that is not a rank (torchrun's agent: no LOCAL_RANK) is not signalled."""
+    from ddptui.nodeprog import signal_ranks
+
+    rank_env = dict(os.environ, DDPTUI_RUN="sig-test/0", RANK="3", LOCAL_RANK="1")
+    agent_env = dict(os.environ, DDPTUI_RUN="sig-test/0")
+    wait = "import signal, time; signal.signal(signal.SIGUSR2, lambda *_: exit(7)); time.sleep(30)"
+    rank = subprocess.Popen([sys.executable, "-c", wait], env=rank_env)
+    agent = subprocess.Popen([sys.executable, "-c", wait], env=agent_env)
+    try:
+        time.sleep(0.5)  # both have set their handlers
+        mark = tmp_path / "time_limit_signal"
+        got = signal_ranks.send(b"DDPTUI_RUN=sig-test/0", "USR2", "rehearsal", str(mark))
+        assert got == {"signalled": [[3, 1, rank.pid]], "failed": []}
+        assert rank.wait(10) == 7 and agent.poll() is None
+        kept = json.loads(mark.read_text())
+        assert kept["signal"] == "USR2" and kept["why"] == "rehearsal"
+        assert abs(kept["sent_at"] - time.time()) < 30
+    finally:
+        for p in (rank, agent):
+            p.kill()
+            p.wait(5)

@@ -55,17 +55,17 @@ def owned(resubmit_n: int) -> HostsConfig:
 def test_a_run_is_tried_again_only_for_the_time_limit_or_a_preemption_within_its_budget(
         ) -> None:
     c = owned(1)
-    assert why_again(c, 1, left_at_limit=True, end=None, stopped=False) == (
-        "the ranks left at Slurm job 7's time limit")
-    assert why_again(c, 1, left_at_limit=False, end=JobEnd("7", "PREEMPTED", "x"),
+    assert why_again(c, 1, left_at_signal=True, end=None, stopped=False) == (
+        "the ranks left at the signal of Slurm job 7's time limit")
+    assert why_again(c, 1, left_at_signal=False, end=JobEnd("7", "PREEMPTED", "x"),
                               stopped=False) == "Slurm job 7 ended (PREEMPTED)"
-    assert why_again(c, 2, left_at_limit=True, end=None, stopped=False) is None
-    assert why_again(c, 1, left_at_limit=True, end=None, stopped=True) is None
-    assert why_again(c, 1, left_at_limit=False, end=JobEnd("7", "FAILED", "x"),
+    assert why_again(c, 2, left_at_signal=True, end=None, stopped=False) is None
+    assert why_again(c, 1, left_at_signal=True, end=None, stopped=True) is None
+    assert why_again(c, 1, left_at_signal=False, end=JobEnd("7", "FAILED", "x"),
                               stopped=False) is None
-    assert why_again(owned(0), 1, left_at_limit=True, end=None, stopped=False) is None
+    assert why_again(owned(0), 1, left_at_signal=True, end=None, stopped=False) is None
     theirs = dataclasses.replace(c, slurm=dataclasses.replace(c.slurm, owned=False))
-    assert why_again(theirs, 1, left_at_limit=True, end=None, stopped=False) is None
+    assert why_again(theirs, 1, left_at_signal=True, end=None, stopped=False) is None
 
 
 def test_a_later_attempt_of_the_worker_resumes_from_the_first_attempts_snapshots() -> None:
@@ -133,7 +133,8 @@ def test_the_signal_goes_once_at_the_lead_and_the_checkpoint_is_named() -> None:
     said: list[tuple[str, Level]] = []
     recorded: list[object] = []
     done = threading.Event()
-    tl = TimeLimit(c, "r1", lambda _n: node, lambda _n: "/n", lambda _n, t, lv: said.append(
+    tl = TimeLimit(c, "r1", lambda _n: node, lambda _n: "/n", lambda _n: "/n/.ddptui/r1/node0",
+                   lambda _n, t, lv: said.append(
         (t, lv)), recorded.append, done)  # type: ignore[arg-type]
     now = datetime.now()
 
@@ -149,8 +150,10 @@ def test_the_signal_goes_once_at_the_lead_and_the_checkpoint_is_named() -> None:
     while tl.found is None and datetime.now() < deadline:
         done.wait(0.05)
     done.set()
-    assert tl.left_at_limit and tl.found is not None and tl.found["step"] == 42
+    assert tl.left_at_signal and tl.found is not None and tl.found["step"] == 42
     texts = [t for t, _lv in said]
     assert sum("sent SIGUSR2 to 1 rank(s) on 1 node(s)" in t for t in texts) == 1
     assert any(t.startswith("checkpoint step 42 written ") for t in texts), texts
     assert sum("os.kill" in cmd for cmd in node.asked) == 1
+    signal_cmd = next(cmd for cmd in node.asked if "os.kill" in cmd)
+    assert "USR2 'time limit' /n/.ddptui/r1/node0/time_limit_signal" in signal_cmd

@@ -55,7 +55,7 @@ def run_attempts(session: Session, allocate: Allocate, *, metrics: bool,
             out.write(f"ddptui: attempt {number} was not started:\n"
                       + "\n".join(f"  {p}" for p in e.problems) + "\n")
             return USAGE_EXIT
-    if session.slurm.limit.left_at_limit and code == 0:
+    if session.slurm.limit.left_at_signal and code == 0:
         s = session.config.slurm
         if s is not None and not s.owned:
             then = requeue_advice(s.job or "$SLURM_JOB_ID")

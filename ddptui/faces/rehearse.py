@@ -39,6 +39,7 @@ def rehearse(state_root: Path | None, run_id: str, *, wait: float = WAIT_S,
     config = HostsConfig.from_dict(meta["config"])
     dirs = {str(n["name"]): str(n.get("project_dir") or n["run_dir"])
             for n in meta.get("nodes") or []}
+    node_dirs = {str(n["name"]): str(n["run_dir"]) for n in meta.get("nodes") or []}
     if not dirs:
         err.write(f"ddptui: run {run_id} has not started on its nodes; nothing to signal\n")
         return USAGE_EXIT
@@ -53,7 +54,8 @@ def rehearse(state_root: Path | None, run_id: str, *, wait: float = WAIT_S,
         (err if level is Level.ERROR else out).write(f"ddptui: {text}\n")
 
     done = threading.Event()
-    limit = TimeLimit(config, run_id, transports.__getitem__, dirs.__getitem__, note,
+    limit = TimeLimit(config, run_id, transports.__getitem__, dirs.__getitem__,
+                      node_dirs.__getitem__, note,
                       lambda _n: None, done)
     try:
         limit.rehearse()  # says what it sent, through note

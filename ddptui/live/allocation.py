@@ -26,11 +26,12 @@ class Allocation:
         twice)."""
         self.config = config
         self.limit = TimeLimit(config, run_id, transport, lambda n: recorder.nodes()[n].cwd,
-                               note, lambda sent: recorder.update(time_limit=sent), done,
+                               lambda n: recorder.nodes()[n].run_dir, note,
+                               lambda sent: recorder.update(time_limit=sent), done,
                                recorder.record().time_limit)
         self.job = JobWatch.of(config, store, followers, self.limit.heard)
 
     def again(self, number: int, *, stopped: bool) -> str | None:
         """Why attempt ``number`` of the run, now over, is to be tried again; None: not."""
-        return why_again(self.config, number, left_at_limit=self.limit.left_at_limit,
+        return why_again(self.config, number, left_at_signal=self.limit.left_at_signal,
                          end=self.job.end, stopped=stopped)

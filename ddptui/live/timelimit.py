@@ -24,7 +24,7 @@ from ddptui.remote.checkpoint import Seen, Signalled
 from ddptui.remote.reach import Done, map_at_once
 from ddptui.run_state import Checkpoint, TimeLimitNote
 from ddptui.slurm.jobinfo import JobInfo, seconds_left, slurm_duration
-from ddptui.transport.base import Transport
+from ddptui.transport.base import Transport, TransportError
 
 #: Why a signal was sent, as the record and the messages say it.
 LIMIT, REHEARSAL = "time limit", "rehearsal"
@@ -42,6 +42,7 @@ class TimeLimit:
     """Args:
         transport: A node's connection, by name.
         cwd: Where the run's script runs on a node (the checkpoint pattern is relative to it).
+        node_dir: The run's node dir on a node, where the signal leaves its mark.
         note: ddptui's line about a node, for every face.
         record: Takes the signal's record (``run.json``'s ``time_limit``) as it changes.
         done: Set once the run is over: the look for a checkpoint ends then.
@@ -49,7 +50,7 @@ class TimeLimit:
     """
 
     def __init__(self, config: HostsConfig, run_id: str, transport: Callable[[str], Transport],
-                 cwd: Callable[[str], str], note: Note,
+                 cwd: Callable[[str], str], node_dir: Callable[[str], str], note: Note,
                  record: Callable[[TimeLimitNote], None], done: threading.Event,
                  sent: TimeLimitNote | None = None) -> None:
         s = config.slurm
@@ -57,7 +58,8 @@ class TimeLimit:
         self.signal = s.signal if s is not None else "USR2"
         self.lead = s.signal_before if s is not None else 0
         self.pattern = checkpoint.pattern(config)
-        self.transport, self.cwd, self.note, self.record = transport, cwd, note, record
+        self.transport, self.cwd, self.node_dir = transport, cwd, node_dir
+        self.note, self.record = note, record
         self.done = done
         self.sent = sent  # as run.json kept it, for a run reopened (attach)
         self._lock = threading.Lock()
@@ -67,9 +69,10 @@ class TimeLimit:
         self._first = config.nodes[0].name
 
     @property
-    def left_at_limit(self) -> bool:
-        """The ranks were signalled because the time limit was near."""
-        return self.sent is not None and self.sent["why"] == LIMIT
+    def left_at_signal(self) -> bool:
+        """The ranks were signalled because the time limit was near, or to rehearse it (here,
+        or by ``ddptui rehearse`` from elsewhere: its mark read at the end)."""
+        return self.sent is not None
 
     @property
     def found(self) -> Checkpoint | None:
@@ -105,8 +108,9 @@ class TimeLimit:
 
     def settled(self, applied: Callable[[], bool]) -> bool:
         """Every node of the run has ended: True once the last look for a checkpoint still
-        unseen is done and what it said is in the store (``applied``: nothing waits to be)."""
-        if self.sent is None or self.found is not None:
+        unseen (or, on Slurm, for a signal sent from elsewhere) is done and what it said is
+        in the store (``applied``: nothing waits to be)."""
+        if self.found is not None or (self.sent is None and self.config.slurm is None):
             return True
         with self._lock:
             if self._final is None:
@@ -116,9 +120,30 @@ class TimeLimit:
         return not self._final.is_alive() and applied()
 
     def _last_look(self) -> None:
+        if self.sent is None and not self._marked():
+            return
         self._look()
         if self.found is None:
             self.say_absent("the run has ended")
+
+    def _marked(self) -> bool:
+        """Whether a signal sent from elsewhere (``ddptui rehearse``) left its mark on node
+        rank 0: then it is this run's signal, said and kept as if sent here."""
+        zero = self.config.ordered_nodes[0].name
+        try:
+            mark = checkpoint.signal_mark(self.transport(zero), self.node_dir(zero))
+        except (TransportError, OSError, KeyError):
+            return False
+        if mark is None:
+            return False
+        why, at = mark.get("why"), mark.get("sent_at")
+        self.sent = TimeLimitNote(signal=str(mark.get("signal") or self.signal),
+                                  sent_at=float(at) if isinstance(at, float) else time.time(),
+                                  why=str(why or REHEARSAL), ranks=0, checkpoint=None)
+        self.record(self.sent)
+        self.note(zero, f"the ranks were sent SIG{self.sent['signal']} from elsewhere "
+                        f"({self.sent['why']}, `ddptui rehearse`)", Level.WARNING)
+        return True
 
     def _claim(self, why: str) -> bool:
         with self._lock:
@@ -172,8 +197,10 @@ class TimeLimit:
             self._look()
 
     def _signal_one(self, node: NodeConfig) -> Signalled:
+        assert self.sent is not None
         return checkpoint.signal_node(self.transport(node.name), node.python, self.run_id,
-                                      self.config.node_rank(node), node.name, self.signal)
+                                      self.config.node_rank(node), node.name, self.signal,
+                                      self.sent["why"], self.node_dir(node.name))
 
     def _look(self) -> None:
         """One look on every node; the newest checkpoint since the signal, said once."""

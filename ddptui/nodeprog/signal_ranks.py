@@ -3,8 +3,11 @@ not torchrun, whose default for SIGUSR2 is to die, and not a rank's data loader 
 so that the run saves a checkpoint before its allocation's time limit (see
 :mod:`ddptui.live.timelimit`).
 
-Its arguments: the run's marker and the signal's name (``USR2``). It prints one JSON line:
-each rank signalled (rank, local rank, pid) and each it could not signal, with why.
+Its arguments: the run's marker, the signal's name (``USR2``), why (``time limit`` or
+``rehearsal``) and the node dir's mark to leave: a ddptui that follows the run from
+elsewhere reads there, when the run ends, that its ranks left at the signal (as a stop leaves
+``stop_requested``). It prints one JSON line: each rank signalled (rank, local rank, pid) and
+each it could not signal, with why.
 """
 
 from __future__ import annotations
@@ -13,12 +16,18 @@ import json
 import os
 import signal
 import sys
+import time
 
 from ddptui.nodeprog.procs import rank_pids
 
 
-def send(marker: bytes, name: str) -> dict[str, object]:
+def send(marker: bytes, name: str, why: str = "", mark: str = "") -> dict[str, object]:
     sig = getattr(signal, "SIG" + name)
+    if mark:  # first: a rank that leaves at once finds its run's end explained
+        tmp = mark + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"signal": name, "sent_at": time.time(), "why": why}, f)
+        os.replace(tmp, mark)
     sent, failed = [], []
     for rank, (pid, local) in sorted(rank_pids(marker, set()).items()):
         try:
@@ -30,4 +39,4 @@ def send(marker: bytes, name: str) -> dict[str, object]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(send(sys.argv[1].encode(), sys.argv[2])), flush=True)
+    print(json.dumps(send(sys.argv[1].encode(), *sys.argv[2:5])), flush=True)

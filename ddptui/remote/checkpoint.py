@@ -5,12 +5,14 @@ name gives, pure."""
 
 from __future__ import annotations
 
+import json
 import posixpath
 import re
 from dataclasses import dataclass
 
 from ddptui import nodeprog
 from ddptui.config import HostsConfig
+from ddptui.events import JSON
 from ddptui.nodeprog import checkpoint_seen, signal_ranks
 from ddptui.remote import nodeops
 from ddptui.store import rundir
@@ -61,15 +63,31 @@ def step_of(path: str) -> int | None:
 
 
 def signal_node(t: Transport, python: str, run_id: str, node_rank: int, node: str,
-                signal: str) -> Signalled:
+                signal: str, why: str, node_dir: str) -> Signalled:
     res = t.run(nodeops.python_cmd(python, SIGNAL_SRC, nodeops.marker(run_id, node_rank),
-                                   signal, no_site=True), timeout=TIMEOUT_S)
+                                   signal, why, rundir.in_node_dir(
+                                       node_dir, rundir.TIME_LIMIT_SIGNAL), no_site=True),
+                timeout=TIMEOUT_S)
     d = nodeops.last_json(res.stdout, "signalled")
     if d is None:
         raise NodeProgramFailed(_failed(node, "signal the ranks", res.stdout + res.stderr))
     return Signalled(node, [(int(r), None if lr is None else int(lr), int(p))
                             for r, lr, p in d["signalled"]],
                      [(int(r), int(p), str(why)) for r, p, why in d["failed"]])
+
+
+def signal_mark(t: Transport, node_dir: str) -> dict[str, JSON] | None:
+    """The mark the signal left in the node dir (see :mod:`ddptui.nodeprog.signal_ranks`);
+    None when it left none: no signal was sent to this run's ranks there."""
+    try:
+        data = t.read_from(rundir.in_node_dir(node_dir, rundir.TIME_LIMIT_SIGNAL), 0, 4096)
+    except FileNotFoundError:
+        return None
+    try:
+        mark = json.loads(data)
+    except ValueError:
+        return None
+    return mark if isinstance(mark, dict) and isinstance(mark.get("sent_at"), float) else None
 
 
 def seen_on(t: Transport, python: str, node: str, cwd: str, glob: str, since: float

@@ -26,7 +26,7 @@ def first_of(run_id: str) -> str:
     return m.group("first") if m else run_id
 
 
-def why_again(config: HostsConfig, number: int, *, left_at_limit: bool, end: JobEnd | None,
+def why_again(config: HostsConfig, number: int, *, left_at_signal: bool, end: JobEnd | None,
               stopped: bool) -> str | None:
     """Why attempt ``number`` is followed by another, in ddptui's words; None: it is not."""
     s = config.slurm
@@ -34,6 +34,6 @@ def why_again(config: HostsConfig, number: int, *, left_at_limit: bool, end: Job
         return None
     if end is not None and end.state in ENDS_RESUBMITTED:
         return f"Slurm job {end.job_id} ended ({end.state})"
-    if left_at_limit:
-        return f"the ranks left at Slurm job {s.job}'s time limit"
+    if left_at_signal:
+        return f"the ranks left at the signal of Slurm job {s.job}'s time limit"
     return None

@@ -38,6 +38,8 @@ PGID = "pgid"
 EXIT_CODE = "exit_code"
 #: Written by the stop command, so a ddptui following from elsewhere says "stopped".
 STOP_REQUESTED = "stop_requested"
+#: Left by the time limit's signal (or its rehearsal) in each node dir: why the ranks left.
+TIME_LIMIT_SIGNAL = "time_limit_signal"
 #: torchrun's ``--log-dir``: per-rank stdout/stderr and ``error.json`` files.
 TORCHELASTIC = "torchelastic"
 #: The bundled worker's upload, named as its package: ``python -m`` finds it from the node dir.

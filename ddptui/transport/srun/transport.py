@@ -11,6 +11,7 @@ the run on that node.
 from __future__ import annotations
 
 import contextlib
+import os
 import shlex
 import subprocess
 import threading
@@ -21,18 +22,10 @@ from ddptui.config import NodeConfig
 from ddptui.slurm import client
 from ddptui.slurm.jobinfo import SlurmError
 from ddptui.transport.base import CommandResult, Detached, OnOutput, Stopped, TransportError
-from ddptui.transport.srun import frames
+from ddptui.transport.srun import frames, stepenv
 from ddptui.transport.srun.agent import SOURCE
 from ddptui.transport.srun.link import AgentLink, Channel, LinkClosed
 from ddptui.transport.srun.names import AGENT_STEP, step_name
-
-#: Per-task variables srun sets that would make a training stack believe Slurm started its
-#: ranks (Lightning's SLURMEnvironment, for one, reads SLURM_NTASKS and SLURM_PROCID) when
-#: torchrun did: they are dropped for the run's own step. SLURM_JOB_ID and the rest stay.
-TASK_VARIABLES = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS",
-                  "SLURM_NPROCS", "SLURM_NNODES", "SLURM_STEP_NUM_TASKS",
-                  "SLURM_STEP_NUM_NODES", "SLURM_TASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE",
-                  "SLURM_NTASKS_PER_NODE", "SLURM_TASK_PID", "SLURM_STEPID", "SLURM_STEP_ID")
 
 #: Exit code of :meth:`SrunTransport.read_from`'s command when the file is not there.
 _ABSENT = 66
@@ -51,8 +44,13 @@ class SrunTransport:
         self._home: str | None = None
 
     def srun(self, *argv: str, name: str = AGENT_STEP) -> list[str]:
-        """A step of the job on this node alone, beside the steps already there."""
-        return ["srun", "--overlap", "--whole", f"--jobid={self.job}", f"--nodelist={self.host}",
+        """A step of the job on this node alone, beside the steps already there, with every
+        CPU the job holds there: ``--whole`` gives the step the node's whole allocation, and
+        ``--cpu-bind=none`` keeps Slurm from binding its one task (all of torchrun's ranks)
+        to the one CPU a task is given by default. ``srun`` runs without what it would read
+        as options from this environment (:mod:`.stepenv`)."""
+        return [*stepenv.unset_argv(os.environ), "srun", "--overlap", "--whole",
+                "--cpu-bind=none", f"--jobid={self.job}", f"--nodelist={self.host}",
                 "--nodes=1", "--ntasks=1", "--quiet", "--unbuffered", f"--job-name={name}", *argv]
 
     def connect(self, timeout: float = 30.0) -> None:
@@ -147,9 +145,10 @@ class SrunTransport:
 
     def start_detached(self, job: Detached, timeout: float) -> CommandResult:
         """The run's own step, its ``srun`` let go here (a new session, reparented), so that
-        it lives on when ddptui ends; its task is ``job`` itself, not a daemon it leaves."""
-        unset = "unset " + " ".join(TASK_VARIABLES) + "; "
-        argv = self.srun("sh", "-c", unset + job.foreground(), name=job.name or "ddptui-run")
+        it lives on when ddptui ends; its task is ``job`` itself, not a daemon it leaves. Of
+        Slurm's variables its ranks keep only the job's and the node's (:mod:`.stepenv`)."""
+        argv = self.srun("sh", "-c", stepenv.ranks_unset() + job.foreground(),
+                         name=job.name or "ddptui-run")
         try:
             subprocess.run(["setsid", "-f", *argv], stdin=subprocess.DEVNULL,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -1,20 +1,30 @@
 """Runs on a real Slurm cluster that binds tasks to CPUs (``task/affinity``): a run started
 from inside an ``salloc`` shell that exported srun options and a launcher's variables gets
-the node's CPUs and none of them, and one told it shares the job's one CPU."""
+the node's CPUs and none of them; a run's telemetry comes from its Slurm nodes, and a stop
+is checked on each node, by ddptui and by the test."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from jobs import run_id_of
 from slurmcluster import SlurmCluster
-from test_slurm_run import hosts
+from test_slurm_run import exit_code, hosts, wait_for
+
+from ddptui.store import rundir
+from ddptui.store.samples import read_telemetry
 
 pytestmark = [pytest.mark.cluster, pytest.mark.torchrun]
 
+STANDIN = Path(__file__).parent / "data" / "telemetry"
 #: Each rank's affinity and environment, as one line.
 SHOW_ENV = '''
 import json, os
@@ -105,3 +115,67 @@ def test_two_ranks_on_the_one_cpu_the_job_holds_are_said_at_launch(
                          r"--ntasks-per-node=2`, `-c 2` or `--exclusive`\)\.$",
                          res.stdout, re.M)
         assert said, res.stdout[-4000:]
+
+
+def marked_in(c: SlurmCluster, node: str, run_id: str) -> list[int]:
+    """The processes in the node's namespace that carry the run's marker."""
+    want = f"DDPTUI_RUN={run_id}/".encode()
+    found = []
+    for pid in c.node_pids(node):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(e.startswith(want) for e in env):
+            found.append(pid)
+    return found
+
+
+def test_telemetry_from_both_nodes_and_a_stop_checked_on_each(
+        bound_slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    c = bound_slurm_cluster
+    job = c.salloc(2)
+    stale = Path(f"/tmp/torchelastic_test{os.getpid()}")
+    # a stand-in nvidia-smi on the nodes' PATH (tests/data/telemetry), for GPU samples
+    path = f"{STANDIN}:{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    try:
+        out = tmp_path / "out.txt"
+        with open(out, "wb") as f:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "ddptui.cli", "--state-dir", str(tmp_path / "state"),
+                 "run", str(hosts(c, tmp_path, {"job": job}, 500, 0.2, {"PATH": path})),
+                 "--headless"],
+                stdout=f, stderr=subprocess.STDOUT, env={**os.environ, **c.env})
+        text = wait_for(out, r"^\[sn2 r3\] step 3 ", proc)
+        run_id = run_id_of(text)
+        run_dir = tmp_path / "state" / "runs" / run_id
+        deadline = time.monotonic() + 30
+        samples = []
+        while time.monotonic() < deadline:
+            samples = [s for s in read_telemetry(run_dir) if s.cpu is not None
+                       and s.mem_total and s.net_rate is not None and s.gpus]
+            if {s.node for s in samples} == {"sn1", "sn2"}:
+                break
+            time.sleep(0.5)
+        assert {s.node for s in samples} == {"sn1", "sn2"}, (run_dir / rundir.TELEMETRY)
+        # what a torchrun given no --log-dir leaves in the node's temp dir, named by the run
+        (stale / f"{run_id}_x1" / "attempt_0").mkdir(parents=True)
+        proc.send_signal(signal.SIGINT)
+        assert exit_code(proc, out, 60) == 130, out.read_text()[-3000:]
+        text = out.read_text()
+        for node in ("sn1", "sn2"):
+            said = re.search(rf"^ddptui: node {node} checked after the stop: (.*)$", text, re.M)
+            assert said, text[-3000:]
+            assert "no process of the run is left" in said.group(1)
+            assert f"Slurm lists no step of the run on {node} (squeue -s)" in said.group(1)
+            assert "torchelastic temp dir" in said.group(1)
+        assert f"removed 1 torchelastic temp dir(s) of the run left in {stale}" in text
+        # checked here too, independently: Slurm's list, each node's processes, /tmp
+        assert [s for s in c.run(["squeue", "-h", "-s", "-j", job, "-o", "%i %j"]
+                                 ).stdout.splitlines() if "ddptui" in s] == []
+        assert {n: marked_in(c, n, run_id) for n in c.nodes} == {"sn1": [], "sn2": []}
+        assert not list(Path("/tmp").glob(f"torchelastic_*/{run_id}_*"))
+        assert c.state(job) == "RUNNING"
+    finally:
+        c.scancel(job)
+        subprocess.run(["rm", "-rf", str(stale)], check=False)

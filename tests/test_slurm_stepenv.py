@@ -1,5 +1,6 @@
 """What every step ddptui starts on Slurm inherits (pure, and the run step's shell line run
-by a real sh), and preflight's CPU and visible-GPU checks on constructed and real answers."""
+by a real sh), preflight's CPU and visible-GPU checks on constructed and real answers, and a
+stop's checks carried to its report."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from test_preflight_rules import config, healthy, verdict
 from ddptui.config import HostsConfig, NodeConfig
 from ddptui.diagnose.preflight import Mark, parse_report
 from ddptui.diagnose.preflight.report import Gpu, GpuInfo, TorchInfo
+from ddptui.remote.nodeops import StopResult
+from ddptui.remote.stop import stop_all
 from ddptui.transport.srun import SrunTransport, stepenv
 
 #: An salloc shell's environment after the user's exports, beside a login's own.
@@ -157,3 +160,16 @@ def test_the_node_program_tells_its_affinity(tmp_path: Path,
     r = parse_report("a", p.stdout)
     assert r.affinity == tuple(sorted(os.sched_getaffinity(0)))
     assert (r.slurm_job, r.slurm_cpus) == ("42", 8)
+
+
+def test_what_each_node_checked_after_a_stop_reaches_the_report() -> None:
+    def stop_one(name: str) -> StopResult:
+        if name == "b":
+            raise RuntimeError("node b: unreachable")
+        return StopResult([1, 2], [], [], ["no process of the run is left",
+                                           "Slurm lists no step of the run on a (squeue -s)"])
+
+    report = stop_all(["a", "b"], stop_one)
+    assert report.checked == {"a": ["no process of the run is left",
+                                    "Slurm lists no step of the run on a (squeue -s)"]}
+    assert report.leftover == {"a": []} and report.errors == {"b": "node b: unreachable"}

@@ -27,6 +27,12 @@ from ddptui.transport.srun.agent import SOURCE
 from ddptui.transport.srun.link import AgentLink, Channel, LinkClosed
 from ddptui.transport.srun.names import AGENT_STEP, step_name
 
+#: Removes ``torchelastic_*/<run id>_*`` from the node's temp dirs (``$TMPDIR``, ``/tmp``),
+#: and the ``torchelastic_*`` dir left empty; prints each one removed.
+_CLEAR_TEMP = ('for d in "${TMPDIR:-/tmp}"/torchelastic_*/__RUN__* /tmp/torchelastic_*/__RUN__*; '
+               'do [ -e "$d" ] || continue; rm -rf "$d" && echo "$d"; '
+               'rmdir "${d%/*}" 2>/dev/null; done; exit 0')
+
 #: Exit code of :meth:`SrunTransport.read_from`'s command when the file is not there.
 _ABSENT = 66
 
@@ -192,7 +198,8 @@ class SrunTransport:
     def stop_run(self, run_id: str, stop_here: Callable[[], Stopped]) -> Stopped | None:
         """The node's stop program, as over SSH (SIGTERM to every process of the run there,
         the grace, SIGKILL, and what is left, confirmed), then the run's step cancelled and
-        awaited until Slurm no longer lists it.
+        awaited until Slurm no longer lists it, and torchrun's temp dirs of the run removed;
+        each of these is said in the report's ``checked``.
 
         No ``scancel --signal`` first: the stop program signals every process of the run, so
         Slurm's SIGTERM would be a second one, which interrupts torchrun's own shutdown; and
@@ -213,13 +220,46 @@ class SrunTransport:
                                                 "could say whether the run stopped there: "
                                                 f"{e}") from None
             raise
-        with contextlib.suppress(SlurmError):  # the processes are gone: the step ends too
-            for step in client.steps(self.job):
-                if step.name == step_name(run_id) and step.nodes == self.host:
-                    with contextlib.suppress(SlurmError):  # it ended meanwhile
-                        client.cancel(step.step_id)
-                    client.wait_step_gone(step.step_id)
+        found.checked.extend(self._step_gone(run_id))
+        found.checked.extend(self._temp_dirs_gone(run_id))
         return found
+
+    def _step_gone(self, run_id: str) -> list[str]:
+        """The run's step on this node cancelled (its processes are gone: it ends anyway)
+        and awaited until Slurm no longer lists it; what ``squeue -s`` then says."""
+        try:
+            ours = [s.step_id for s in client.steps(self.job)
+                    if s.name == step_name(run_id) and s.nodes == self.host]
+            for step in ours:
+                with contextlib.suppress(SlurmError):  # it ended meanwhile
+                    client.cancel(step)
+                if not client.wait_step_gone(step):
+                    raise TransportError(self.node, f"node {self.node}: Slurm still lists the "
+                                         f"run's step {step} there {client.SETTLE_S:g} s after "
+                                         f"its processes were stopped; `scancel {step}`, and "
+                                         f"`squeue -s -j {self.job}` shows whether it went")
+        except SlurmError as e:
+            return [f"Slurm could not say whether a step of the run is left ({e})"]
+        return [f"Slurm lists no step of the run on {self.host} (squeue -s)"]
+
+    def _temp_dirs_gone(self, run_id: str) -> list[str]:
+        """torchrun's ``torchelastic_*`` temp dirs of the run removed, and said.
+
+        torchrun makes one in the node's temp dir only when it is given no ``--log-dir``
+        (ddptui gives one in the node dir), and names its content after the rendezvous id
+        (the run id unless the hosts file sets one), which is how the run's are told from
+        the other runs' and jobs' on the node."""
+        try:
+            res = self.run(_CLEAR_TEMP.replace("__RUN__", shlex.quote(f"{run_id}_")), timeout=30)
+        except TransportError:  # the agent's step ended with the job: nothing said
+            return []
+        if res.exit_code != 0:
+            return []
+        removed = res.stdout.split()
+        if not removed:
+            return ["no torchelastic temp dir of the run is left"]
+        return [f"removed {len(removed)} torchelastic temp dir(s) of the run left in "
+                f"{', '.join(sorted({p.rsplit('/', 1)[0] for p in removed}))}"]
 
     def close(self) -> None:
         link, self._link = self._link, None

@@ -69,10 +69,11 @@ def scrubbed(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def unset_argv(env: Mapping[str, str]) -> list[str]:
-    """``env -u NAME...``, to put before srun's argv when it runs in ``env``: by name only,
-    so no value (a secret among them) is put on a command line; [] when nothing goes."""
+    """``env -u NAME...`` (GNU's, BSD's and BusyBox's env all take ``-u``), to put before
+    srun's argv when it runs in ``env``: by name only, so no value (a secret among them) is
+    put on a command line; [] when nothing goes."""
     names = dropped(env)
-    return ["env", *(f"--unset={k}" for k in names)] if names else []
+    return ["env", *(a for k in names for a in ("-u", k))] if names else []
 
 
 def ranks_unset() -> str:

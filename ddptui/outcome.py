@@ -112,6 +112,8 @@ class StopReport:
 
     leftover: dict[str, list[int]] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    #: Per node, what was checked gone there after the stop, in ddptui's words.
+    checked: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def clean(self) -> bool:

@@ -134,6 +134,18 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
         c.close()
 
 
+@pytest.fixture(scope="module")
+def bound_slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A 2-node cluster whose slurmd binds each task to its CPUs (``task/affinity``, as most
+    clusters are set up), shared by one module; cancel your own jobs."""
+    _require_slurm_environment()
+    c = SlurmCluster.create(tmp_path_factory.mktemp("slurm"), 2, task_plugin="task/affinity")
+    try:
+        yield c
+    finally:
+        c.close()
+
+
 @pytest.fixture
 def slurm_cluster_factory(tmp_path: Path) -> Iterator[SlurmClusterFactory]:
     """``slurm_cluster_factory(n_nodes=4)`` builds a fresh cluster torn down after the test."""

@@ -84,13 +84,15 @@ class SlurmCluster:
 
     partition = "debug"
 
-    def __init__(self, root: Path, n_nodes: int = 2, cpus_per_node: int = 2) -> None:
+    def __init__(self, root: Path, n_nodes: int = 2, cpus_per_node: int = 2,
+                 task_plugin: str = "task/none") -> None:
         if not 1 <= n_nodes <= 200:
             raise ValueError("n_nodes must be 1..200")
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.n_nodes = n_nodes
         self.cpus_per_node = cpus_per_node
+        self.task_plugin = task_plugin
         self.token = secrets.token_hex(3)
         self.bridge = f"{BRIDGE_PREFIX}{self.token}"
         self.ctl_name = f"sctl{self.token}"
@@ -111,9 +113,10 @@ class SlurmCluster:
     # -- building -------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, root: Path, n_nodes: int = 2, cpus_per_node: int = 2) -> SlurmCluster:
+    def create(cls, root: Path, n_nodes: int = 2, cpus_per_node: int = 2,
+               task_plugin: str = "task/none") -> SlurmCluster:
         """Build and start; on any failure tear down what was made and re-raise."""
-        return cls(root, n_nodes, cpus_per_node).__enter__()
+        return cls(root, n_nodes, cpus_per_node, task_plugin).__enter__()
 
     def __enter__(self) -> SlurmCluster:
         try:
@@ -193,7 +196,7 @@ class SlurmCluster:
             cluster_name=f"ddpt{self.token}", ctl_name=self.ctl_name, ctl_address=self.gateway,
             ctld_port=self.ctld_port, munge_socket=self.munge_socket, run_dir=self.run_dir,
             log_dir=self.root, addresses=self.addresses, cpus_per_node=self.cpus_per_node,
-            partition=self.partition))
+            partition=self.partition, task_plugin=self.task_plugin))
 
     def _in_ns(self, netns: str | None, hostname: str, argv: list[str]) -> list[str]:
         """``argv`` with its own hostname and /etc/hosts (and a node's network, if given).

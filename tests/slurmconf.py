@@ -16,8 +16,12 @@ SLURMD_PORT = 6818
 
 def slurm_conf(*, cluster_name: str, ctl_name: str, ctl_address: str, ctld_port: int,
                munge_socket: Path, run_dir: Path, log_dir: Path, addresses: dict[str, str],
-               cpus_per_node: int, partition: str) -> str:
+               cpus_per_node: int, partition: str, task_plugin: str = "task/none") -> str:
     """slurm.conf for one controller and ``addresses`` (node name -> NodeAddr).
+
+    ``task_plugin`` ``task/affinity`` binds each task to its CPUs (``sched_setaffinity``,
+    no cgroup needed), as most clusters do; ``task/none`` leaves a step's processes on every
+    CPU of the machine.
 
     ``SlurmctldHost=name(address)`` and ``NodeAddr=`` let clients in the root namespace
     reach every daemon without resolving a name.
@@ -43,7 +47,8 @@ def slurm_conf(*, cluster_name: str, ctl_name: str, ctl_address: str, ctld_port:
         f"PlugStackConfig={log_dir / 'plugstack.conf'}\n"
         "SlurmctldDebug=info\nSlurmdDebug=info\n"
         # No cgroup, no accounting: what a plain machine (and CI) can run.
-        "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
+        "ProctrackType=proctrack/linuxproc\n"
+        f"TaskPlugin={task_plugin}\n"
         "JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n"
         "JobCompType=jobcomp/none\nMpiDefault=none\n"
         "SelectType=select/cons_tres\nSelectTypeParameters=CR_CPU\n"

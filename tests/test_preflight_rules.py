@@ -67,8 +67,8 @@ def test_a_healthy_cpu_cluster_passes() -> None:
     v = verdict([healthy("a"), healthy("b")])
     assert v.ok and v.problems == []
     marks = {(r.node, r.check): r.mark for r in v.results}
-    assert [marks["a", c] for c in CHECKS] == [Mark.PASS] * 3 + [Mark.SKIP] * 2 + \
-        [Mark.PASS] * 6
+    assert [marks["a", c] for c in CHECKS] == [Mark.PASS] * 3 + [Mark.SKIP] * 3 + \
+        [Mark.PASS] * 6  # gpus, gpu use: no nvidia-smi; cpus: not on Slurm
     assert marks["b", "port"] == Mark.SKIP and marks["b", "reach"] == Mark.PASS
     assert v.get("b", "network").detail == "eth0 → 10.0.0.1"  # type: ignore[union-attr]
 
@@ -306,10 +306,10 @@ def test_the_check_face_table_lines_json_and_exit_code() -> None:
     code = print_check(Outcome(v, {}, EP, 1.24), ["a", "b"], out)
     text = out.getvalue().splitlines()
     assert code == 1
-    assert text[0].split() == ["node", "ssh", "python", "torch", "gpus", "gpu", "use",
+    assert text[0].split() == ["node", "ssh", "python", "torch", "gpus", "gpu", "use", "cpus",
                                "hostname", "network", "workdir", "clock", "port", "reach"]
-    assert text[1].split() == ["a", "✓", "✓", "✓", "-", "-", "✓", "✓", "✓", "✓", "✓", "✓"]
-    assert text[2].split() == ["b", "✓", "✓", "✓", "-", "-", "✓", "✓", "✓", "✗", "-", "✗"]
+    assert text[1].split() == ["a", "✓", "✓", "✓", "-", "-", "-", "✓", "✓", "✓", "✓", "✓", "✓"]
+    assert text[2].split() == ["b", "✓", "✓", "✓", "-", "-", "-", "✓", "✓", "✓", "✗", "-", "✗"]
     assert text[4].startswith("✗ clock: node b's clock is +3.0 s off")
     assert text[5].startswith("✗ reach: node b cannot reach the rendezvous at 10.0.0.1:29400")
     assert text[6] == "torch 2.13.0+cpu on every node checked; rendezvous 10.0.0.1:29400 on a"

@@ -263,6 +263,12 @@ def test_stop_texts() -> None:
     clean = stop_report_notice("r1", StopReport(leftover={"a": []}))
     assert (clean.message, clean.title) == ("Run r1 stopped; no process of it is left.",
                                             "Stopped")
+    checked = {n: ["no process of the run is left", f"Slurm lists no step of the run on {n} "
+                   "(squeue -s)", "no torchelastic temp dir of the run is left"] for n in "ab"}
+    slurm = stop_report_notice("r1", StopReport(leftover={"a": [], "b": []}, checked=checked))
+    assert slurm.message == ("Run r1 stopped; no process of it is left. Checked after the stop: "
+                             "Slurm lists no step of the run (squeue -s); no torchelastic temp "
+                             "dir of the run is left.")
     left = stop_report_notice("r1", StopReport(leftover={"a": [], "b": [12, 13]}))
     assert left.message == "Processes still alive after stop: b: 12, 13"
     assert (left.title, left.severity) == ("Stop incomplete", "error")

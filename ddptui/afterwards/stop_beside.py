@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ddptui.config import HostsConfig
 from ddptui.outcome import StopReport
+from ddptui.remote.nodeops import StopResult
 from ddptui.remote.reach import connect
 from ddptui.remote.stop import Stopper, stop_all, targets
 from ddptui.run_state import RunRecord
@@ -43,10 +44,10 @@ def stop_beside(root: Path, run_id: str, grace: float | None) -> StopReport:
 
     stopper = Stopper(targets(config, run_id, lambda: record.nodes), fresh)
 
-    def stop_one(name: str) -> list[int]:
+    def stop_one(name: str) -> StopResult:
         transport = fresh(name)
         try:
-            return stopper.stop(name, grace, transport)
+            return stopper.stop_found(name, grace, transport)
         finally:
             transport.close()
 

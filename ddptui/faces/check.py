@@ -31,8 +31,10 @@ def table(verdict: Verdict, nodes: list[str]) -> list[str]:
 
 
 def failure_lines(verdict: Verdict) -> list[str]:
-    return [f"✗ {r.check}: {r.problem}" for r in verdict.results
-            if r.mark == Mark.FAIL and r.problem]
+    """Each failure, then each caution of a pass."""
+    return ([f"✗ {r.check}: {r.problem}" for r in verdict.results
+             if r.mark == Mark.FAIL and r.problem]
+            + [f"! {r.check}: {r.problem}" for r in verdict.cautions])
 
 
 def summary(outcome: Outcome) -> str:
@@ -79,7 +81,7 @@ def print_check(outcome: Outcome, nodes: list[str], out: TextIO, *, json_out: bo
     else:
         bad = sorted({r.node for r in v.results if r.mark == Mark.FAIL},
                      key=nodes.index)
-        lines.append(f"ddptui: {len(fails)} problem(s) on {', '.join(bad)}; a run would fail "
+        lines.append(f"ddptui: {len(v.problems)} problem(s) on {', '.join(bad)}; a run would fail "
                      f"or hang ({took})")
     out.write("\n".join(lines) + "\n")
     return 0 if v.ok else 1

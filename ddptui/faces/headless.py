@@ -159,6 +159,8 @@ def run_headless(session: Session, out: TextIO = sys.stdout) -> int:
         except KeyboardInterrupt:
             report = session.stop(grace=0)
         result = session.wait(30)
+        for node, facts in report.checked.items():
+            out.write(f"ddptui: node {node} checked after the stop: {'; '.join(facts)}\n")
         if not report.clean:
             for node, err in report.errors.items():
                 out.write(f"ddptui: could not stop node {node}: {err}\n")

@@ -10,11 +10,13 @@ LaunchContext`; :func:`launch` calls them in order.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 
 from ddptui.config import NodeConfig
 from ddptui.diagnose.preflight import Mark
 from ddptui.diagnose.preflight.report import TorchInfo
+from ddptui.events import Level, ssh_line
 from ddptui.launch import precheck as node_checks
 from ddptui.launch import project, rank_env, reserve, staging, withheld
 from ddptui.launch.plan import NodeLaunch, Plan, expand_home, make_plan
@@ -133,6 +135,9 @@ def preflight(ctx: LaunchContext, probes: dict[str, nodeops.Probe],
     verdict = outcome.verdict
     ctx.record.update(preflight={"seconds": round(outcome.seconds, 3), "ok": verdict.ok,
                                  "problems": verdict.problems})
+    for r in verdict.cautions:  # the run starts, but is told why it may be slow
+        ctx.publish(r.node, [ssh_line(r.node, f"preflight: {r.problem}", time.time(),
+                                      Level.WARNING)])
     if verdict.ok:
         return
     failed: dict[str, list[str]] = {}

@@ -40,6 +40,7 @@ from ddptui.nodelog import NodeLogParser
 from ddptui.nodeprog import torchrun_tee
 from ddptui.outcome import LaunchError, RunResult, StopReport, run_end
 from ddptui.rank_stacks import Stacks
+from ddptui.remote.nodeops import StopResult
 from ddptui.remote.stacks import take
 from ddptui.remote.standby import Standby
 from ddptui.remote.stop import Stopper, stop_all, targets
@@ -295,11 +296,11 @@ class Session:
     def nccl_facts(self) -> NcclFacts:  # a copy: lines go on arriving
         return self.evidence.nccl.snapshot()
 
-    def _stop_one(self, name: str, grace: float) -> list[int]:
-        left = self.stopper.stop(name, grace)
-        if not left and (follower := self._followers.get(name)) is not None:
+    def _stop_one(self, name: str, grace: float) -> StopResult:
+        found = self.stopper.stop_found(name, grace)
+        if not found.leftover and (follower := self._followers.get(name)) is not None:
             follower.gone.set()
-        return left
+        return found
 
     def stop_nodes(self, names: list[str], why: str) -> None:
         """Stop these nodes off this thread, because of ``why`` (the watch's verdicts)."""

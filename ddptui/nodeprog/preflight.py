@@ -273,6 +273,15 @@ def gpus() -> Json | None:
     return res
 
 
+def cpus() -> Json:
+    """The CPUs this process (so each rank started beside it) may run on, and how many the
+    Slurm job holds on the node (``SLURM_CPUS_ON_NODE``; None off Slurm)."""
+    get = getattr(os, "sched_getaffinity", None)
+    return {"affinity": sorted(get(0)) if get is not None else None,
+            "slurm_job": os.environ.get("SLURM_JOB_ID"),
+            "slurm_cpus": os.environ.get("SLURM_CPUS_ON_NODE")}
+
+
 def torch_versions() -> Json:
     import torch
     res: Json = {"torch": str(getattr(torch, "__version__", None)),
@@ -319,7 +328,12 @@ def ask(a: Json) -> Json:
         out["interfaces"] = if_addrs()
     except Exception as e:
         out["interfaces"] = {"error": type(e).__name__ + ": " + str(e)}
-    out["env"] = {k: os.environ.get(k) for k in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")}
+    out["env"] = {k: os.environ.get(k) for k in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME",
+                                                  "CUDA_VISIBLE_DEVICES")}
+    try:
+        out["cpus"] = cpus()
+    except Exception as e:
+        out["cpus"] = {"error": type(e).__name__ + ": " + str(e)}
     if a.get("torch"):
         try:
             out["torch"] = torch_versions()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import posixpath
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ddptui import nodeprog
@@ -220,6 +220,9 @@ class StopResult:
     found: list[int]
     killed: list[int]
     leftover: list[int]
+    #: What was checked gone on the node after the stop, in ddptui's words (the stopper's
+    #: own and its transport's: a Slurm step, torchrun's temp dirs).
+    checked: list[str] = field(default_factory=list)
 
 
 def parse_stop(stdout: str) -> StopResult | None:

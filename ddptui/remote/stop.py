@@ -104,19 +104,23 @@ class Stopper:
         found = t.stop_run(target.run_id, lambda: by_signals(name, t, target, grace, standby))
         if found is None:  # nothing of the run is left there to stop
             found = nodeops.StopResult([], [], [])
+        elif not found.leftover:
+            found.checked.insert(0, "no process of the run is left")
         if found.killed and self.note is not None:
             self.note(name, f"{len(found.killed)} process(es) ignored SIGTERM for {grace:g} s "
                             "and were killed", Level.WARNING)
         return found
 
 
-def stop_all(names: list[str], stop_one: Callable[[str], list[int]]) -> StopReport:
-    """``stop_one`` on every node at once: what is left on each, and why a node could not
-    be stopped (in the words of the exception that said so)."""
+def stop_all(names: list[str], stop_one: Callable[[str], nodeops.StopResult]) -> StopReport:
+    """``stop_one`` on every node at once: what is left on each, what was checked gone, and
+    why a node could not be stopped (in the words of the exception that said so)."""
     report = StopReport()
     for res in map_at_once(names, stop_one):
         if isinstance(res, Failed):
             report.errors[res.item] = str(res.error)
         else:
-            report.leftover[res.item] = res.value
+            report.leftover[res.item] = res.value.leftover
+            if res.value.checked:
+                report.checked[res.item] = list(res.value.checked)
     return report

@@ -15,8 +15,17 @@ from typing import Protocol, TypeVar
 #: Called with each piece of a command's output as it arrives; ``stderr`` says which stream.
 OnOutput = Callable[[bytes, bool], None]
 
+
+class Confirms(Protocol):
+    """A node's stop report, to which a transport adds what it checked there afterwards."""
+
+    @property
+    def checked(self) -> list[str]:
+        """Each thing found gone after the stop, in ddptui's words."""
+
+
 #: What a node's stop program reports (:meth:`Transport.stop_run` passes it through).
-Stopped = TypeVar("Stopped")
+Stopped = TypeVar("Stopped", bound=Confirms)
 
 
 class TransportError(Exception):
@@ -117,6 +126,7 @@ class Transport(Protocol):
         """Stop run ``run_id`` on the node. ``stop_here`` runs the node's stop program
         (SIGTERM to every process of the run there, the grace, SIGKILL, what is left), the
         whole stop over SSH and locally; a scheduler's transport adds what its way of
-        reaching the node needs (the run's job step cancelled). None: the node could not be
+        reaching the node needs (the run's job step cancelled), and adds to the report's
+        ``checked`` what it found gone of that part. None: the node could not be
         asked, but holds nothing of the run any more (its job has ended). Raise
         :class:`TransportError` when nothing can say whether the run stopped there."""

@@ -98,7 +98,11 @@ def stop_report_notice(run_id: str, report: StopReport) -> Notice:
     """What a stop left: nothing, or the process ids still alive per node."""
     left = {node: pids for node, pids in report.leftover.items() if pids}
     if not left:
-        return Notice(f"Run {run_id} stopped; no process of it is left.", "Stopped")
+        # what a scheduler's transport checked besides (a Slurm step, torchrun's temp dirs)
+        facts = sorted({f.replace(f" on {node}", "") for node, found in report.checked.items()
+                        for f in found if not f.startswith("no process")})
+        also = f" Checked after the stop: {'; '.join(facts)}." if facts else ""
+        return Notice(f"Run {run_id} stopped; no process of it is left.{also}", "Stopped")
     where = "; ".join(f"{node}: {', '.join(map(str, pids))}" for node, pids in left.items())
     return Notice(f"Processes still alive after stop: {where}", "Stop incomplete", "error", 30)
 

@@ -9,7 +9,16 @@ from collections.abc import Mapping
 from ddptui.config import HostsConfig, NodeConfig
 from ddptui.diagnose.preflight.envdiff import env_changes_torch, explain
 from ddptui.diagnose.preflight.report import NodeReport, TorchInfo
-from ddptui.diagnose.preflight.verdict import Context, Outcome, fail, gib, mib, ok, skip
+from ddptui.diagnose.preflight.verdict import (
+    Context,
+    Outcome,
+    caution,
+    fail,
+    gib,
+    mib,
+    ok,
+    skip,
+)
 
 #: Below this, a run's logs and snapshots may fill the disk midway.
 MIN_FREE_BYTES = 1 << 30
@@ -103,6 +112,15 @@ def check_gpus(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
         return fail(f"{count} < {want}", f"node {n.name} has {count} GPU(s) ({have}) but "
                      f"nproc_per_node is {want}: ranks would share a GPU, which NCCL refuses "
                      f"('Duplicate GPU detected'). Set nproc_per_node to {count}, or `gpu`.")
+    visible = r.login_env.get("CUDA_VISIBLE_DEVICES")
+    shown = [d for d in (visible or "").split(",") if d.strip()]
+    if visible is not None and isinstance(want, int) and len(shown) < want <= count:
+        return fail(f"{len(shown)} visible < {want}", f"node {n.name}: CUDA_VISIBLE_DEVICES="
+                     f"{visible or '(empty)'} shows its ranks {len(shown)} of its {count} GPUs "
+                     f"but nproc_per_node is {want}: rank {len(shown)} would fail with "
+                     "'invalid device ordinal'. Leave CUDA_VISIBLE_DEVICES out of `env:` "
+                     "(ddptui gives torchrun every GPU of the node), or set nproc_per_node to "
+                     f"{len(shown)}.")
     t = r.torch
     if count and t is not None and t.error is None and t.version:
         if t.cuda is None:
@@ -142,6 +160,35 @@ def check_gpu_use(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
             "CUDA_VISIBLE_DEVICES in `env:`")
     return fail("in use", f"node {n.name}: {'; '.join(held)}. A new run there would run "
                  f"out of memory or share the GPU; {todo}.")
+
+
+def check_cpus(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
+    """On Slurm: the CPUs the ranks may run on, against those the job holds on the node.
+    One core for all of a node's ranks starves their DataLoader workers (Lightning #18650)
+    and is easy to get by accident (a task's default binding, an inherited
+    ``SLURM_CPUS_PER_TASK=1``); unless the allocation holds only that one."""
+    if n.transport != "srun":
+        return skip("not on Slurm")
+    if r.affinity is None:
+        return skip("not checked")
+    have, held = len(r.affinity), r.slurm_cpus
+    cpus = ",".join(str(x) for x in r.affinity)
+    if held is not None and have < held:
+        ranks = (f"its {n.nproc_per_node} ranks" if isinstance(n.nproc_per_node, int)
+                 else "its ranks")
+        return fail(f"{have} of {held}", f"node {n.name}: {ranks} may run on {have} of the "
+                     f"{held} CPUs Slurm job {r.slurm_job} holds there (CPU {cpus}), so they "
+                     "share them and their DataLoader workers starve. Something narrows the "
+                     "CPUs of ddptui's step there (the cluster's task binding, a `taskset` or "
+                     "`numactl` in `env:`): ask for a binding of none, or ask Slurm for no more "
+                     f"CPUs per node than {have} (`--cpus-per-task`, `--exclusive`).")
+    if have == 1 and isinstance(n.nproc_per_node, int) and n.nproc_per_node > 1:
+        return caution(f"1 CPU for {n.nproc_per_node} ranks", f"node {n.name}: its "
+                       f"{n.nproc_per_node} ranks share the one CPU Slurm job {r.slurm_job} "
+                       "holds there, so their DataLoader workers will starve; ask Slurm for "
+                       f"{n.nproc_per_node} or more CPUs per node (`salloc --ntasks-per-node="
+                       f"{n.nproc_per_node}`, `-c {n.nproc_per_node}` or `--exclusive`).")
+    return ok(f"{have} CPUs" + (f" ({held} held)" if held is not None and held != have else ""))
 
 
 def check_workdir(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:

@@ -148,6 +148,12 @@ class NodeReport:
     gpu: GpuInfo | None = None
     """None: no nvidia-smi on the node (a CPU node), so GPU checks do not apply."""
     gpu_checked: bool = False
+    affinity: tuple[int, ...] | None = None
+    """The CPUs the ranks may run on there (the check program's own affinity, started as
+    they are); None where not told."""
+    slurm_job: str | None = None
+    slurm_cpus: int | None = None
+    """The CPUs the Slurm job holds on the node; None off Slurm or where it does not say."""
     listen: Listen | None = None
     connect: Connect | None = None
     clock_offset: float | None = None
@@ -271,6 +277,11 @@ def parse_report(node: str, stdout: str, *, exit_code: int = 0, stderr: str = ""
                                   g.get("procs"), g["query"].strip() if bad else None)
         elif isinstance(g, dict):
             kw["gpu"] = GpuInfo(error=g.get("error"))
+    if isinstance(cp := d.get("cpus"), dict) and isinstance(cp.get("affinity"), list):
+        kw["affinity"] = tuple(int(x) for x in cp["affinity"])
+        kw["slurm_job"] = cp.get("slurm_job")
+        on_node = str(cp.get("slurm_cpus") or "")
+        kw["slurm_cpus"] = int(on_node) if on_node.isdigit() else None
     if isinstance(li := d.get("listen"), dict) and "bound" in li:
         held = li.get("holders") or {}
         kw["listen"] = Listen(bool(li["bound"]), int(li.get("accepted", 0)), li.get("error"),

@@ -29,7 +29,8 @@ __all__ = ["CHECKS", "Endpoint", "Mark", "Result", "Verdict", "judge"]
 
 _RULES: dict[str, Callable[[Context, NodeConfig, NodeReport], Outcome]] = {
     "ssh": node.check_ssh, "python": node.check_python, "torch": node.check_torch,
-    "gpus": node.check_gpus, "gpu use": node.check_gpu_use, "hostname": net.check_hostname,
+    "gpus": node.check_gpus, "gpu use": node.check_gpu_use, "cpus": node.check_cpus,
+    "hostname": net.check_hostname,
     "network": net.check_network, "workdir": node.check_workdir, "clock": node.check_clock,
     "port": net.check_port, "reach": net.check_reach,
 }

@@ -18,8 +18,8 @@ class Mark(StrEnum):
 
 
 #: The checks in table order.
-CHECKS = ("ssh", "python", "torch", "gpus", "gpu use", "hostname", "network", "workdir",
-          "clock", "port", "reach")
+CHECKS = ("ssh", "python", "torch", "gpus", "gpu use", "cpus", "hostname", "network",
+          "workdir", "clock", "port", "reach")
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,9 @@ class Result:
     detail: str
     """A few words for the table and ``--json``: what was found."""
     problem: str | None = None
-    """For a failure: one line, what is wrong and what to do."""
+    """For a failure: one line, what is wrong and what to do. For a pass, a caution: the run
+    can start, but will be slower than it could be (two ranks on the one CPU a Slurm
+    allocation gives), said where the run's lines are."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,10 @@ class Verdict:
     def problems(self) -> list[str]:
         return [r.problem for r in self.results if r.mark == Mark.FAIL and r.problem]
 
+    @property
+    def cautions(self) -> list[Result]:
+        return [r for r in self.results if r.mark == Mark.PASS and r.problem]
+
     def get(self, node: str, check: str) -> Result | None:
         for r in self.results:
             if r.node == node and r.check == check:
@@ -64,6 +70,11 @@ class Verdict:
 
 def ok(detail: str) -> tuple[Mark, str, None]:
     return Mark.PASS, detail, None
+
+
+def caution(detail: str, words: str) -> tuple[Mark, str, str]:
+    """A pass, said with a caution (see :attr:`Result.problem`)."""
+    return Mark.PASS, detail, words
 
 
 def skip(detail: str) -> tuple[Mark, str, None]:

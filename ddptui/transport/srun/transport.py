@@ -11,6 +11,7 @@ the run on that node.
 from __future__ import annotations
 
 import contextlib
+import os
 import shlex
 import subprocess
 import threading
@@ -21,18 +22,16 @@ from ddptui.config import NodeConfig
 from ddptui.slurm import client
 from ddptui.slurm.jobinfo import SlurmError
 from ddptui.transport.base import CommandResult, Detached, OnOutput, Stopped, TransportError
-from ddptui.transport.srun import frames
+from ddptui.transport.srun import frames, stepenv
 from ddptui.transport.srun.agent import SOURCE
 from ddptui.transport.srun.link import AgentLink, Channel, LinkClosed
 from ddptui.transport.srun.names import AGENT_STEP, step_name
 
-#: Per-task variables srun sets that would make a training stack believe Slurm started its
-#: ranks (Lightning's SLURMEnvironment, for one, reads SLURM_NTASKS and SLURM_PROCID) when
-#: torchrun did: they are dropped for the run's own step. SLURM_JOB_ID and the rest stay.
-TASK_VARIABLES = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS",
-                  "SLURM_NPROCS", "SLURM_NNODES", "SLURM_STEP_NUM_TASKS",
-                  "SLURM_STEP_NUM_NODES", "SLURM_TASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE",
-                  "SLURM_NTASKS_PER_NODE", "SLURM_TASK_PID", "SLURM_STEPID", "SLURM_STEP_ID")
+#: Removes ``torchelastic_*/<run id>_*`` from the node's temp dirs (``$TMPDIR``, ``/tmp``),
+#: and the ``torchelastic_*`` dir left empty; prints each one removed.
+_CLEAR_TEMP = ('for d in "${TMPDIR:-/tmp}"/torchelastic_*/__RUN__* /tmp/torchelastic_*/__RUN__*; '
+               'do [ -e "$d" ] || continue; rm -rf "$d" && echo "$d"; '
+               'rmdir "${d%/*}" 2>/dev/null; done; exit 0')
 
 #: Exit code of :meth:`SrunTransport.read_from`'s command when the file is not there.
 _ABSENT = 66
@@ -51,8 +50,13 @@ class SrunTransport:
         self._home: str | None = None
 
     def srun(self, *argv: str, name: str = AGENT_STEP) -> list[str]:
-        """A step of the job on this node alone, beside the steps already there."""
-        return ["srun", "--overlap", "--whole", f"--jobid={self.job}", f"--nodelist={self.host}",
+        """A step of the job on this node alone, beside the steps already there, with every
+        CPU the job holds there: ``--whole`` gives the step the node's whole allocation, and
+        ``--cpu-bind=none`` keeps Slurm from binding its one task (all of torchrun's ranks)
+        to the one CPU a task is given by default. ``srun`` runs without what it would read
+        as options from this environment (:mod:`.stepenv`)."""
+        return [*stepenv.unset_argv(os.environ), "srun", "--overlap", "--whole",
+                "--cpu-bind=none", f"--jobid={self.job}", f"--nodelist={self.host}",
                 "--nodes=1", "--ntasks=1", "--quiet", "--unbuffered", f"--job-name={name}", *argv]
 
     def connect(self, timeout: float = 30.0) -> None:
@@ -147,9 +151,10 @@ class SrunTransport:
 
     def start_detached(self, job: Detached, timeout: float) -> CommandResult:
         """The run's own step, its ``srun`` let go here (a new session, reparented), so that
-        it lives on when ddptui ends; its task is ``job`` itself, not a daemon it leaves."""
-        unset = "unset " + " ".join(TASK_VARIABLES) + "; "
-        argv = self.srun("sh", "-c", unset + job.foreground(), name=job.name or "ddptui-run")
+        it lives on when ddptui ends; its task is ``job`` itself, not a daemon it leaves. Of
+        Slurm's variables its ranks keep only the job's and the node's (:mod:`.stepenv`)."""
+        argv = self.srun("sh", "-c", stepenv.ranks_unset() + job.foreground(),
+                         name=job.name or "ddptui-run")
         try:
             subprocess.run(["setsid", "-f", *argv], stdin=subprocess.DEVNULL,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -193,7 +198,8 @@ class SrunTransport:
     def stop_run(self, run_id: str, stop_here: Callable[[], Stopped]) -> Stopped | None:
         """The node's stop program, as over SSH (SIGTERM to every process of the run there,
         the grace, SIGKILL, and what is left, confirmed), then the run's step cancelled and
-        awaited until Slurm no longer lists it.
+        awaited until Slurm no longer lists it, and torchrun's temp dirs of the run removed;
+        each of these is said in the report's ``checked``.
 
         No ``scancel --signal`` first: the stop program signals every process of the run, so
         Slurm's SIGTERM would be a second one, which interrupts torchrun's own shutdown; and
@@ -214,13 +220,46 @@ class SrunTransport:
                                                 "could say whether the run stopped there: "
                                                 f"{e}") from None
             raise
-        with contextlib.suppress(SlurmError):  # the processes are gone: the step ends too
-            for step in client.steps(self.job):
-                if step.name == step_name(run_id) and step.nodes == self.host:
-                    with contextlib.suppress(SlurmError):  # it ended meanwhile
-                        client.cancel(step.step_id)
-                    client.wait_step_gone(step.step_id)
+        found.checked.extend(self._step_gone(run_id))
+        found.checked.extend(self._temp_dirs_gone(run_id))
         return found
+
+    def _step_gone(self, run_id: str) -> list[str]:
+        """The run's step on this node cancelled (its processes are gone: it ends anyway)
+        and awaited until Slurm no longer lists it; what ``squeue -s`` then says."""
+        try:
+            ours = [s.step_id for s in client.steps(self.job)
+                    if s.name == step_name(run_id) and s.nodes == self.host]
+            for step in ours:
+                with contextlib.suppress(SlurmError):  # it ended meanwhile
+                    client.cancel(step)
+                if not client.wait_step_gone(step):
+                    raise TransportError(self.node, f"node {self.node}: Slurm still lists the "
+                                         f"run's step {step} there {client.SETTLE_S:g} s after "
+                                         f"its processes were stopped; `scancel {step}`, and "
+                                         f"`squeue -s -j {self.job}` shows whether it went")
+        except SlurmError as e:
+            return [f"Slurm could not say whether a step of the run is left ({e})"]
+        return [f"Slurm lists no step of the run on {self.host} (squeue -s)"]
+
+    def _temp_dirs_gone(self, run_id: str) -> list[str]:
+        """torchrun's ``torchelastic_*`` temp dirs of the run removed, and said.
+
+        torchrun makes one in the node's temp dir only when it is given no ``--log-dir``
+        (ddptui gives one in the node dir), and names its content after the rendezvous id
+        (the run id unless the hosts file sets one), which is how the run's are told from
+        the other runs' and jobs' on the node."""
+        try:
+            res = self.run(_CLEAR_TEMP.replace("__RUN__", shlex.quote(f"{run_id}_")), timeout=30)
+        except TransportError:  # the agent's step ended with the job: nothing said
+            return []
+        if res.exit_code != 0:
+            return []
+        removed = res.stdout.split()
+        if not removed:
+            return ["no torchelastic temp dir of the run is left"]
+        return [f"removed {len(removed)} torchelastic temp dir(s) of the run left in "
+                f"{', '.join(sorted({p.rsplit('/', 1)[0] for p in removed}))}"]
 
     def close(self) -> None:
         link, self._link = self._link, None

@@ -9,6 +9,7 @@ import importlib
 import io
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -306,16 +307,23 @@ def test_signal_ranks_leaves_its_mark_first_and_signals_only_the_ranks(tmp_path:
     wait = "import signal, time; signal.signal(signal.SIGUSR2, lambda *_: exit(7)); time.sleep(30)"
     rank = subprocess.Popen([sys.executable, "-c", wait], env=rank_env)
     agent = subprocess.Popen([sys.executable, "-c", wait], env=agent_env)
+    deaf = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
+                            env=dict(rank_env, RANK="4", LOCAL_RANK="0"))
     try:
-        time.sleep(0.5)  # both have set their handlers
+        deadline = time.monotonic() + 10
+        while not (signal_ranks.catches(rank.pid, signal.SIGUSR2)
+                   and signal_ranks.catches(agent.pid, signal.SIGUSR2)):
+            assert time.monotonic() < deadline, "the handlers were never set"
+            time.sleep(0.05)
         mark = tmp_path / "time_limit_signal"
         got = signal_ranks.send(b"DDPTUI_RUN=sig-test/0", "USR2", "rehearsal", str(mark))
-        assert got == {"signalled": [[3, 1, rank.pid]], "failed": []}
-        assert rank.wait(10) == 7 and agent.poll() is None
+        assert got == {"signalled": [[3, 1, rank.pid]], "failed": [
+            [4, deaf.pid, "it does not catch SIGUSR2, which would end it"]]}
+        assert rank.wait(10) == 7 and agent.poll() is None and deaf.poll() is None
         kept = json.loads(mark.read_text())
         assert kept["signal"] == "USR2" and kept["why"] == "rehearsal"
         assert abs(kept["sent_at"] - time.time()) < 30
     finally:
-        for p in (rank, agent):
+        for p in (rank, agent, deaf):
             p.kill()
             p.wait(5)

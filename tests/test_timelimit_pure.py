@@ -157,3 +157,22 @@ def test_the_signal_goes_once_at_the_lead_and_the_checkpoint_is_named() -> None:
     assert sum("os.kill" in cmd for cmd in node.asked) == 1
     signal_cmd = next(cmd for cmd in node.asked if "os.kill" in cmd)
     assert "USR2 'time limit' /n/.ddptui/r1/node0/time_limit_signal" in signal_cmd
+
+
+def test_a_run_whose_ranks_catch_no_signal_is_not_sent_it_and_not_taken_as_saved() -> None:
+    c = owned(1)
+    c = dataclasses.replace(c, slurm=dataclasses.replace(c.slurm, signal_before=30))
+    c = dataclasses.replace(c, nodes=(dataclasses.replace(c.slurm.template, name="a", host="a"),))
+    node = Node({"os.kill": '{"signalled": [], "failed": [[0, 11, "it does not catch '
+                            'SIGUSR2, which would end it"]]}',
+                 "glob": '{"newest": null, "matches": 0, "now": 0}'})
+    said: list[str] = []
+    done = threading.Event()
+    tl = TimeLimit(c, "r1", lambda _n: node, lambda _n: "/n", lambda _n: "/n/node0",
+                   lambda _n, t, _lv: said.append(t), lambda _note: None, done)  # type: ignore[arg-type]
+    assert tl.rehearse() == "sent SIGUSR2 to 0 rank(s), as the time limit would"
+    done.set()
+    assert not tl.left_at_signal  # no exit code 3, no new allocation
+    assert "did not send SIGUSR2 to rank 0 (pid 11) on node a: it does not catch SIGUSR2" in said[0]
+    assert "no rank of the run catches SIGUSR2, so none was sent it" in said[1]
+    assert tl.settled(lambda: True)  # nothing to look for at the end

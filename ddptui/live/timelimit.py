@@ -72,7 +72,7 @@ class TimeLimit:
     def left_at_signal(self) -> bool:
         """The ranks were signalled because the time limit was near, or to rehearse it (here,
         or by ``ddptui rehearse`` from elsewhere: its mark read at the end)."""
-        return self.sent is not None
+        return self.sent is not None and self.sent["ranks"] > 0
 
     @property
     def found(self) -> Checkpoint | None:
@@ -92,7 +92,7 @@ class TimeLimit:
         if self._claim(LIMIT):
             threading.Thread(target=self._send_and_look, args=(LIMIT, left), daemon=True,
                              name="ddptui-time-limit").start()
-        elif left <= ABSENT_AT_S and self.found is None and self.sent is not None:
+        elif left <= ABSENT_AT_S and self.found is None and self.left_at_signal:
             self.say_absent(f"Slurm job {info.job_id} ends in {left} s")
         return max(0.5, left - ABSENT_AT_S) if left > ABSENT_AT_S else None
 
@@ -110,7 +110,8 @@ class TimeLimit:
         """Every node of the run has ended: True once the last look for a checkpoint still
         unseen (or, on Slurm, for a signal sent from elsewhere) is done and what it said is
         in the store (``applied``: nothing waits to be)."""
-        if self.found is not None or (self.sent is None and self.config.slurm is None):
+        if self.found is not None or (self.sent is None and self.config.slurm is None) or (
+                self.sent is not None and not self.left_at_signal):  # sent to no rank
             return True
         with self._lock:
             if self._final is None:
@@ -120,7 +121,7 @@ class TimeLimit:
         return not self._final.is_alive() and applied()
 
     def _last_look(self) -> None:
-        if self.sent is None and not self._marked():
+        if (self.sent is None and not self._marked()) or not self.left_at_signal:
             return
         self._look()
         if self.found is None:
@@ -136,10 +137,11 @@ class TimeLimit:
             return False
         if mark is None:
             return False
-        why, at = mark.get("why"), mark.get("sent_at")
+        why, at, ranks = mark.get("why"), mark.get("sent_at"), mark.get("ranks")
         self.sent = TimeLimitNote(signal=str(mark.get("signal") or self.signal),
                                   sent_at=float(at) if isinstance(at, float) else time.time(),
-                                  why=str(why or REHEARSAL), ranks=0, checkpoint=None)
+                                  why=str(why or REHEARSAL),
+                                  ranks=ranks if isinstance(ranks, int) else 1, checkpoint=None)
         self.record(self.sent)
         self.note(zero, f"the ranks were sent SIG{self.sent['signal']} from elsewhere "
                         f"({self.sent['why']}, `ddptui rehearse`)", Level.WARNING)
@@ -171,7 +173,7 @@ class TimeLimit:
             if isinstance(g, Done):
                 ranks += len(g.value.ranks)
                 for rank, pid, err in g.value.failed:
-                    self.note(name, f"could not send SIG{self.signal} to rank {rank} (pid "
+                    self.note(name, f"did not send SIG{self.signal} to rank {rank} (pid "
                                     f"{pid}) on node {name}: {err}", Level.ERROR)
             else:
                 self.note(name, f"could not send SIG{self.signal} to the ranks on node {name}: "
@@ -183,6 +185,13 @@ class TimeLimit:
         where = (f"watching {self.pattern} for the checkpoint" if self.pattern else
                  "no checkpoint path is set (`slurm.checkpoint`), so ddptui cannot tell "
                  "whether the run saved anything")
+        if ranks == 0:
+            self.note(self._first, f"{head}no rank of the run catches SIG{self.signal}, so none "
+                                   "was sent it (it would have ended them now): the run goes on "
+                                   "until Slurm ends it, and what it has not saved is lost. "
+                                   f"Make the script save on SIG{self.signal} (`slurm.signal` "
+                                   "names another)", Level.ERROR)
+            return 0
         self.note(self._first, f"{head}sent SIG{self.signal} to {ranks} rank(s) on "
                                f"{len(names)} node(s) so that the run saves a checkpoint; "
                                f"{where}", Level.WARNING)
@@ -193,7 +202,8 @@ class TimeLimit:
         self._look_until_found()
 
     def _look_until_found(self) -> None:
-        while self.pattern and self.found is None and not self.done.wait(LOOK_EVERY_S):
+        while (self.pattern and self.found is None and self.left_at_signal
+               and not self.done.wait(LOOK_EVERY_S)):
             self._look()
 
     def _signal_one(self, node: NodeConfig) -> Signalled:

@@ -6,8 +6,9 @@ so that the run saves a checkpoint before its allocation's time limit (see
 Its arguments: the run's marker, the signal's name (``USR2``), why (``time limit`` or
 ``rehearsal``) and the node dir's mark to leave: a ddptui that follows the run from
 elsewhere reads there, when the run ends, that its ranks left at the signal (as a stop leaves
-``stop_requested``). It prints one JSON line: each rank signalled (rank, local rank, pid) and
-each it could not signal, with why.
+``stop_requested``). A rank that does not catch the signal is not sent it: its default
+action (USR1, USR2: the end) would kill it now, which is no save. It prints one JSON line:
+each rank signalled (rank, local rank, pid) and each it did not or could not signal, why.
 """
 
 from __future__ import annotations
@@ -23,19 +24,39 @@ from ddptui.nodeprog.procs import rank_pids
 
 def send(marker: bytes, name: str, why: str = "", mark: str = "") -> dict[str, object]:
     sig = getattr(signal, "SIG" + name)
-    if mark:  # first: a rank that leaves at once finds its run's end explained
+    targets: list[tuple[int, int | None, int]] = []
+    failed: list[list[object]] = []
+    for rank, (pid, local) in sorted(rank_pids(marker, set()).items()):
+        if catches(pid, sig):
+            targets.append((rank, local, pid))
+        else:  # its default action would end it now: that is no save
+            failed.append([rank, pid, "it does not catch SIG" + name + ", which would end it"])
+    if mark and targets:  # first: a rank that leaves at once finds its run's end explained
         tmp = mark + ".tmp"
         with open(tmp, "w") as f:
-            json.dump({"signal": name, "sent_at": time.time(), "why": why}, f)
+            json.dump({"signal": name, "sent_at": time.time(), "why": why,
+                       "ranks": len(targets)}, f)
         os.replace(tmp, mark)
-    sent, failed = [], []
-    for rank, (pid, local) in sorted(rank_pids(marker, set()).items()):
+    sent: list[list[object]] = []
+    for rank, local, pid in targets:
         try:
             os.kill(pid, sig)
             sent.append([rank, local, pid])
         except OSError as e:
             failed.append([rank, pid, e.strerror or str(e)])
     return {"signalled": sent, "failed": failed}
+
+
+def catches(pid: int, sig: int) -> bool:
+    """Whether the process has a handler for ``sig`` (``SigCgt`` in its status)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import threading
 from collections import deque
+from collections.abc import Sequence
 
 from ddptui.transport.srun import frames
 
@@ -61,6 +62,7 @@ class AgentLink:
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, start_new_session=True)
         self.ready = threading.Event()
+        self.home = ""  # $HOME in the agent's step, as its READY said
         self.closed = threading.Event()
         self.stderr: deque[bytes] = deque(maxlen=64)  # srun's own complaints, for messages
         self._stderr_done = threading.Event()
@@ -73,13 +75,20 @@ class AgentLink:
                          name="ddptui-srun-stderr").start()
 
     def open(self, command: str, stdin: bool) -> Channel:
+        """``sh -c command`` on the node."""
+        return self._open(frames.START, {"cmd": command, "stdin": stdin})
+
+    def open_program(self, source: str, args: Sequence[str], stdin: bool) -> Channel:
+        """The node program ``source`` with ``args``, in a fork of the agent's interpreter."""
+        return self._open(frames.PROGRAM, {"src": source, "argv": list(args), "stdin": stdin})
+
+    def _open(self, kind: int, spec: dict[str, object]) -> Channel:
         with self._lock:
             if self.closed.is_set():
                 raise LinkClosed(self.complaint())
             ch = Channel(self, next(self._numbers))
             self._channels[ch.number] = ch
-        self.write(frames.frame(ch.number, frames.START,
-                                json.dumps({"cmd": command, "stdin": stdin}).encode()))
+        self.write(frames.frame(ch.number, kind, json.dumps(spec).encode()))
         return ch
 
     def forget(self, number: int) -> None:
@@ -116,6 +125,7 @@ class AgentLink:
                 if data is None:
                     break
                 if kind == frames.READY:
+                    self.home = data.decode("utf-8", "surrogateescape")
                     self.ready.set()
                     continue
                 with self._lock:

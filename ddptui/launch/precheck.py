@@ -2,10 +2,11 @@
 
 ``ddptui check`` opens its own connections and asks everything, torch included; before a
 launch the connections that ``reach`` opened are reused and torch's versions come from its
-probe, so the check adds one round trip and no second ``import torch`` (about a second on a
-real node). The endpoint node listens on the rendezvous port while every node, itself
-included, connects to it: the program (see :mod:`ddptui.diagnose.preflight.probe`) runs on
-all nodes at the same time, so no step waits for another.
+probe, so the check adds no second ``import torch`` (about a second on a real node), and its
+round trip is made while the probe's is (:func:`gather_for_launch`). The endpoint node
+listens on the rendezvous port while every node, itself included, connects to it: the
+program (see :mod:`ddptui.diagnose.preflight.probe`) runs on all nodes at the same time, so
+no step waits for another.
 """
 
 from __future__ import annotations

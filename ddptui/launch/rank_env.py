@@ -6,10 +6,11 @@ does. So the probe and the preflight program run as torchrun's ranks will: the s
 lines ``launch.sh`` holds (:func:`ddptui.launch.plan.env_exports`, the one source of them),
 the same interpreter looked up on that ``PATH``, in the project's directory. Those lines go
 on the command's stdin, never on its command line, where any user of the node could read
-the secret values among them. The same command first runs the (cheap, import-free) launch
-probe at the bare login, so one round trip tells both; only when the two differ and the
-ranks' torch fails a check is the node asked again, once per suspect name left out, to say
-which name does it (:mod:`ddptui.diagnose.preflight.envdiff` compares).
+the secret values among them. The (cheap, import-free) launch probe runs at the bare login
+too, at the same time (``ddptui check``: first, in the same command), so one round trip
+tells both; only when the two differ and the ranks' torch fails a check is the node asked
+again, once per suspect name left out, to say which name does it
+(:mod:`ddptui.diagnose.preflight.envdiff` compares).
 """
 
 from __future__ import annotations

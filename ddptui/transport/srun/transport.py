@@ -31,7 +31,7 @@ from ddptui.transport.base import (
 )
 from ddptui.transport.srun import frames
 from ddptui.transport.srun.agent import SOURCE
-from ddptui.transport.srun.link import AgentLink, Channel, LinkClosed
+from ddptui.transport.srun.link import WHOLE, AgentLink, Channel, LinkClosed
 from ddptui.transport.srun.names import AGENT_STEP, step_name
 
 #: Per-task variables srun sets that would make a training stack believe Slurm started its
@@ -97,14 +97,14 @@ class SrunTransport:
                                          (f" during a command: {during[:200]}" if during else "")
                                          + (f" (srun said: {said})" if said else ""))
 
-    def _open(self, command: str, stdin: bool) -> Channel:
+    def _open(self, command: str, stdin: bool, fed: bytes | None = None) -> Channel:
         """A node program for the agent's own interpreter runs in a fork of the agent (no
-        new interpreter); any other command with ``sh -c``."""
+        new interpreter); any other command with ``sh -c``. ``fed``: its whole stdin."""
         try:
             link = self._active()
             if isinstance(command, PythonCommand) and command.python == self.python:
-                return link.open_program(command.source, command.args, stdin)
-            return link.open(command, stdin)
+                return link.open_program(command.source, command.args, stdin, fed)
+            return link.open(command, stdin, fed)
         except LinkClosed as exc:
             raise self._ended(str(exc)) from None
 
@@ -118,10 +118,12 @@ class SrunTransport:
 
     def _collect(self, command: str, timeout: float, stdin: Iterable[bytes] | None,
                  on_output: OnOutput | None) -> tuple[bytes, bytes, int]:
-        ch = self._open(command, stdin is not None)
+        whole = _whole(stdin)
+        ch = self._open(command, stdin is not None, whole)
         deadline = time.monotonic() + timeout
         fed: list[BaseException] = []  # what feeding stdin raised, raised here
-        if stdin is not None:  # fed beside the reading: a sync's stdin waits on its output
+        # a stream is fed beside the reading: a sync's stdin waits on its output
+        if stdin is not None and whole is None:
             threading.Thread(target=_feed, args=(ch, stdin, fed), daemon=True,
                              name="ddptui-srun-stdin").start()
         try:
@@ -245,6 +247,13 @@ class SrunTransport:
 
     def __repr__(self) -> str:
         return f"SrunTransport({self.node!r}, job {self.job})"
+
+
+def _whole(stdin: Iterable[bytes] | None) -> bytes | None:
+    """A small stdin given as a list (a file written, exports), joined; None for a stream."""
+    if isinstance(stdin, list | tuple) and sum(len(b) for b in stdin) <= WHOLE:
+        return b"".join(stdin)
+    return None
 
 
 def _feed(ch: Channel, stdin: Iterable[bytes], fed: list[BaseException]) -> None:

@@ -16,13 +16,17 @@ c10d rendezvous on the first node, one line per rank) is started
   whose output comes back through srun.
 
 Each figure is the median of ``--rounds``. Target: ddptui <= 1.2x the srun line at every size.
-On a machine with fewer cores than ranks, both sides queue for the same cores.
+On a machine with fewer cores than ranks, both sides queue for the same cores. Beside each
+size, ddptui's own CPU time (user + system, of its process and the ``srun`` clients it
+waits for; not the nodes') divided by the nodes: what ddptui costs the machine it runs on.
+ddptui runs from its bytecode, as an installed copy does (``scale_setup.with_bytecode``).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -33,7 +37,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scale_setup import ddptui_argv, finish, median, next_port, wait_for_lines  # noqa: E402
+from scale_setup import (  # noqa: E402
+    ddptui_argv,
+    finish,
+    median,
+    next_port,
+    wait_for_lines,
+    with_bytecode,
+)
 from slurmcluster import SlurmCluster  # noqa: E402
 
 SCRIPT = "import os\nprint(f\"hello from rank {os.environ['RANK']}\", flush=True)\n"
@@ -46,19 +57,28 @@ def _wanted(world: int) -> set[str]:
     return {f"hello from rank {r}" for r in range(world)}
 
 
-def by_ddptui(c: SlurmCluster, job: str, n: int, work: Path, script: Path) -> float:
+def _children_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def by_ddptui(c: SlurmCluster, job: str, n: int, work: Path, script: Path,
+              cpu: list[float]) -> float:
+    """The time to every rank's line; ``cpu`` gets ddptui's CPU time for the whole run."""
     hosts = work / f"hosts-{n}.yaml"
     hosts.write_text(
         f"defaults: {{python: {sys.executable}, nproc_per_node: {NPROC}, "
         f"workdir: {work / 'w'}}}\nslurm: {{job: {job}}}\n"
         f"rendezvous: {{port: {next_port()}}}\njob: {{script: {script}}}\n")
     env = {**os.environ, **c.env}
+    used = _children_cpu()  # this process waits for no other child meanwhile
     t0 = time.perf_counter()
     proc = subprocess.Popen(ddptui_argv(work / "state", "run", str(hosts), "--headless"),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     took = wait_for_lines(proc, _wanted(n * NPROC), TIMEOUT_S) - t0
     if finish(proc) != 0:
         raise RuntimeError("ddptui's run failed")
+    cpu.append(_children_cpu() - used)
     return took
 
 
@@ -84,25 +104,29 @@ def main() -> int:
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="ddptui-bench-slurm-"))
+    with_bytecode(work)
     (work / "project").mkdir()
     script = work / "project" / "hello.py"  # the project ddptui ships: this file alone
     script.write_text(SCRIPT)
     met = True
     with SlurmCluster(work / "cluster", max(sizes)) as c:
-        print(f"{'nodes':>5} {'ranks':>5} {'srun torchrun':>14} {'ddptui':>8} {'ratio':>6}")
+        print(f"{'nodes':>5} {'ranks':>5} {'srun torchrun':>14} {'ddptui':>8} {'ratio':>6} "
+              f"{'ddptui CPU/node':>16}")
         for n in sizes:
             job = c.salloc(n)
             times: dict[str, list[float]] = {"srun": [], "ddptui": []}
+            cpu: list[float] = []
             for r in range(args.rounds):
                 order = ["srun", "ddptui"] if r % 2 == 0 else ["ddptui", "srun"]
                 for who in order:
                     times[who].append(by_srun(c, job, n, script) if who == "srun" else
-                                      by_ddptui(c, job, n, work, script))
+                                      by_ddptui(c, job, n, work, script, cpu))
             c.scancel(job)
             s, d = median(times["srun"]), median(times["ddptui"])
             ok = d <= TARGET * s
             met &= ok
-            print(f"{n:>5} {n * NPROC:>5} {s:>13.2f}s {d:>7.2f}s {d / s:>5.2f}x"
+            print(f"{n:>5} {n * NPROC:>5} {s:>13.2f}s {d:>7.2f}s {d / s:>5.2f}x "
+                  f"{median(cpu) / n:>15.2f}s"
                   f"{'' if ok else f'  (target {TARGET}x missed)'}", flush=True)
     print("all targets met" if met else "some target missed")
     return 0 if met else 1

@@ -10,6 +10,7 @@ check passed, 1 when any failed (the cluster is not ready), 2 for a bad hosts fi
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -36,11 +37,31 @@ class _Parser(argparse.ArgumentParser):
 
     value_options: ClassVar[set[str]] = set()
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _formatter)
+        super().__init__(*args, **kwargs)
+
     def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
         action = super().add_argument(*args, **kwargs)
         if action.nargs is None:
             _Parser.value_options.update(action.option_strings)
         return action
+
+
+def _formatter(prog: str) -> argparse.HelpFormatter:
+    """argparse's own, told the terminal's width: finding it itself, argparse imports
+    ``shutil``, and with it ``bz2`` and ``lzma``, on every start (10 ms), help or not."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "")) or 0
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        out = sys.__stdout__
+        try:
+            columns = os.get_terminal_size(out.fileno()).columns if out is not None else 80
+        except (ValueError, OSError):  # not a terminal, or closed
+            columns = 80
+    return argparse.HelpFormatter(prog, width=columns - 2)
 
 
 def _parser() -> argparse.ArgumentParser:

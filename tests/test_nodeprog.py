@@ -40,7 +40,7 @@ FOLDER = Path(nodeprog.__file__).parent
 PROGRAMS = sorted(p.stem for p in FOLDER.glob("*.py") if p.stem != "__init__")
 #: Run by whatever ``python3`` a node has, or asked which one it is (the others run under the
 #: torch interpreter, 3.8 or newer, and are kept to 3.7).
-OLDEST = {"srun_agent": (3, 6), "find_torch": (3, 6)}
+OLDEST = {"srun_agent": (3, 6), "node_files": (3, 6), "find_torch": (3, 6)}
 #: Imported, inside a function, by the programs whose job is to ask torch.
 TORCH_USERS = {"preflight", "torchrun_tee"}
 
@@ -293,7 +293,7 @@ def test_the_srun_agent_runs_a_command_and_says_its_exit_code() -> None:
         i, k, n = frames.HEADER.unpack(data[:frames.HEADER.size])
         got.append((i, k, data[frames.HEADER.size:frames.HEADER.size + n]))
         data = data[frames.HEADER.size + n:]
-    assert got[0] == (0, 10, b"ready")
+    assert got[0] == (0, 10, os.environ["HOME"].encode())  # ready, and where home is
     assert (7, 11, b"hi\n") in got and got[-1] == (7, 13, b"3")
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from ddptui.config import NodeConfig
-from ddptui.transport.base import Detached, TransportError
-from ddptui.transport.srun import SrunTransport
+from ddptui.transport.base import Detached, PythonCommand, TransportError
+from ddptui.transport.srun import SrunTransport, frames
 
 
 class HereTransport(SrunTransport):
@@ -147,3 +147,94 @@ def test_stdin_that_fails_ends_the_command_and_raises(t: HereTransport) -> None:
 
     with pytest.raises(ValueError, match="changed"):
         t.run_stream("cat > /dev/null; sleep 30", timeout=10, stdin=stdin())
+
+
+# Node programs run inside the agent: a fork of its interpreter, no new one.
+
+#: A node program that says whether it runs in the agent's process image (the agent's own
+#: source is on its command line) or in an interpreter of its own.
+_WHERE = ("import sys\n"
+          "with open('/proc/self/cmdline', 'rb') as f:\n"
+          "    inside = b'class ' + b'Agent' in f.read()\n"
+          "print('inside' if inside else 'own', sys.argv[1:], __name__, flush=True)\n"
+          "sys.stdout.write(sys.stdin.read())\n"
+          "sys.exit(int(sys.argv[1]))\n")
+
+
+def test_a_node_program_runs_in_the_agent_with_argv_stdin_and_exit_code(
+        t: HereTransport) -> None:
+    r = t.run_stream(PythonCommand(sys.executable, _WHERE, ("5", "a b")), timeout=10,
+                     stdin=[b"fed\n"])
+    assert (r.exit_code, r.stdout) == (5, "inside ['5', 'a b'] __main__\nfed\n")
+    # another interpreter than the agent's: a command line as before, in a new interpreter
+    other = PythonCommand("python3", _WHERE, ("0",))
+    assert t.run_stream(other, timeout=10, stdin=[b""]).stdout.startswith("own ['0']")
+
+
+def test_a_node_program_fails_as_python_would(t: HereTransport) -> None:
+    raised = t.run(PythonCommand(sys.executable, "import sys\nprint('x')\nraise KeyError(7)",
+                                 ()), timeout=10)
+    assert (raised.exit_code, raised.stdout) == (1, "x\n")
+    assert raised.stderr.startswith("Traceback") and "KeyError: 7" in raised.stderr
+    said = t.run(PythonCommand(sys.executable, "import sys\nsys.exit('no such thing')", ()),
+                 timeout=10)
+    assert (said.exit_code, said.stderr) == (1, "no such thing\n")
+    with pytest.raises(TransportError, match=r"cannot run a program there: .*syntax"):
+        t.run(PythonCommand(sys.executable, "def (:", ()), timeout=10)
+    assert t.run("echo still", timeout=10).stdout == "still\n"  # the agent lives on
+
+
+def test_spawned_programs_are_spoken_to_apart(t: HereTransport) -> None:
+    """The doorbell and the standby stop program of a node both wait on their stdin, beside
+    the shell commands of the same link."""
+    echo = "import sys\nfor line in sys.stdin:\n    print('got', line.strip(), flush=True)\n"
+    a = t.spawn(PythonCommand(sys.executable, echo, ()))
+    b = t.spawn(PythonCommand(sys.executable, echo, ()))
+    c = t.spawn("cat")  # and a shell command's stdin beside them
+    for s, word in ((a, b"a"), (b, b"b")):
+        s.send(word + b"\n")
+        out, deadline = b"", time.monotonic() + 5
+        while b"\n" not in out and time.monotonic() < deadline:
+            out += s.read(0.5) or b""
+        assert out == b"got " + word + b"\n"
+    a.close()
+    assert a.read(0.1) is None
+    b.send(b"still\n")
+    out, deadline = b"", time.monotonic() + 5
+    while b"\n" not in out and time.monotonic() < deadline:
+        out += b.read(0.5) or b""
+    assert out == b"got still\n"
+    for s in (b, c):
+        s.close()
+
+
+def test_a_closed_stdin_ends_a_program_without_a_kill(t: HereTransport) -> None:
+    """A forked program holds no other command's stdin open, or that one never ends."""
+    s = t.spawn(PythonCommand(sys.executable, "import sys\nsys.stdin.read()\nsys.exit(3)", ()))
+    t.spawn(PythonCommand(sys.executable, "import sys\nsys.stdin.read()", ()))  # left open
+    s.channel.eof()
+    msg, deadline = (0, b""), time.monotonic() + 5
+    while msg is not None and msg[0] != frames.EXIT and time.monotonic() < deadline:
+        msg = s.channel.get(0.5)
+    assert msg == (frames.EXIT, b"3")  # its own code: it ended by itself, not by a kill
+
+
+OLD_AGENT = Path.home() / ".pyenv/versions/3.6.15/bin/python3"
+
+
+@pytest.mark.skipif(not OLD_AGENT.exists(), reason="no Python 3.6 here")
+def test_an_agent_of_python_3_6_runs_programs_and_moves_files(tmp_path: Path) -> None:
+    tr = HereTransport(NodeConfig(name="n1", host="n1", python=str(OLD_AGENT),
+                                  transport="srun"), "1")
+    tr.connect(10)
+    try:
+        r = tr.run(PythonCommand(str(OLD_AGENT), _WHERE, ("2",)), timeout=10)
+        assert (r.exit_code, r.stdout) == (2, "inside ['2'] __main__\n")
+        path = str(tmp_path / "f")
+        tr.put_bytes(b"x" * 5, path, 0o640)
+        assert tr.read_from(path, 1, 3) == b"xxx" and os.stat(path).st_mode & 0o777 == 0o640
+        with pytest.raises(OSError, match="cannot write"):
+            tr.put_bytes(b"", str(tmp_path / "no" / "f"))
+        assert tr.home() == os.environ["HOME"]
+    finally:
+        tr.close()

@@ -24,7 +24,7 @@ from ddptui.launch.ports import Abort, LaunchContext, on_every_node
 from ddptui.launch.rank_env import probe_as_ranks
 from ddptui.outcome import LaunchError
 from ddptui.remote import nodeops
-from ddptui.remote.reach import Failed, failures, map_at_once, probe
+from ddptui.remote.reach import Failed, beside, failures, map_at_once, probe
 from ddptui.run_state import NodeEvent, NodeRecord
 from ddptui.sync.walk import Walked
 from ddptui.transport.base import TransportError
@@ -54,9 +54,14 @@ def launch(ctx: LaunchContext, *, checks_first: bool, planned: Callable[[Plan], 
     if hold is not None and not early:
         plan = planned(make_node_plans(ctx, homes, walked, rdzv_store=rdzv_store))
     envs = rank_env.for_plan(ctx.config, plan)
-    probes, bare = probe_all(ctx, envs)
-    if checks_first:
-        preflight(ctx, probes, envs, bare)
+    checking = beside(lambda: node_checks.gather_for_launch(ctx.config, ctx.pool.all(), envs)
+                      ) if checks_first else None
+    try:
+        probes, bare = probe_all(ctx, envs)
+    finally:
+        gathered = checking() if checking is not None else None
+    if gathered is not None:
+        preflight(ctx, probes, envs, bare, gathered)
     project.check_in_place(ctx, plan)
     project.sync_all(ctx, plan, walked)
     if early:
@@ -128,10 +133,13 @@ def _probe(ctx: LaunchContext, nodes: list[NodeConfig]
 
 def preflight(ctx: LaunchContext, probes: dict[str, nodeops.Probe],
               envs: dict[str, rank_env.RankEnv] | None = None,
-              bare: dict[str, TorchInfo | None] | None = None) -> None:
+              bare: dict[str, TorchInfo | None] | None = None,
+              gathered: node_checks.Gathered | None = None) -> None:
     """The fast preflight over the open connections (``launch/precheck.py``), in the ranks'
-    environment: a run that would fail or hang at its rendezvous is not started."""
-    outcome = node_checks.before_launch(ctx.config, ctx.pool.all(), probes, envs, bare)
+    environment: a run that would fail or hang at its rendezvous is not started. ``launch``
+    asks the nodes (``gathered``) while the probe runs: neither waits for the other."""
+    outcome = node_checks.before_launch(ctx.config, ctx.pool.all(), probes, envs, bare,
+                                        gathered)
     verdict = outcome.verdict
     ctx.record.update(preflight={"seconds": round(outcome.seconds, 3), "ok": verdict.ok,
                                  "problems": verdict.problems})

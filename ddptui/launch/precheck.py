@@ -2,10 +2,11 @@
 
 ``ddptui check`` opens its own connections and asks everything, torch included; before a
 launch the connections that ``reach`` opened are reused and torch's versions come from its
-probe, so the check adds one round trip and no second ``import torch`` (about a second on a
-real node). The endpoint node listens on the rendezvous port while every node, itself
-included, connects to it: the program (see :mod:`ddptui.diagnose.preflight.probe`) runs on
-all nodes at the same time, so no step waits for another.
+probe, so the check adds no second ``import torch`` (about a second on a real node), and its
+round trip is made while the probe's is (:func:`gather_for_launch`). The endpoint node
+listens on the rendezvous port while every node, itself included, connects to it: the
+program (see :mod:`ddptui.diagnose.preflight.probe`) runs on all nodes at the same time, so
+no step waits for another.
 """
 
 from __future__ import annotations
@@ -178,20 +179,40 @@ def check(config: HostsConfig) -> Outcome:
     return Outcome(verdict, reports, endpoint, time.monotonic() - t0)
 
 
+@dataclass(frozen=True)
+class Gathered:
+    """The launch's preflight program answered on every node, not yet judged."""
+
+    endpoint: Endpoint
+    reports: dict[str, NodeReport]
+    started: float
+
+
+def gather_for_launch(config: HostsConfig, transports: Mapping[str, Transport],
+                      envs: Mapping[str, rank_env.RankEnv] | None = None) -> Gathered:
+    """The program without torch on every node, in the ranks' ``envs``: it needs nothing of
+    the launch's probe, so a launch runs the two at once (:func:`before_launch` judges)."""
+    t0 = time.monotonic()
+    endpoint = endpoint_of(config, {k: t.address for k, t in transports.items()})
+    return Gathered(endpoint, gather(config, transports, endpoint, full=False, envs=envs or {}),
+                    t0)
+
+
 def before_launch(config: HostsConfig, transports: Mapping[str, Transport],
                   probes: Mapping[str, nodeops.Probe],
                   envs: Mapping[str, rank_env.RankEnv] | None = None,
-                  bare: Mapping[str, TorchInfo | None] | None = None) -> Outcome:
+                  bare: Mapping[str, TorchInfo | None] | None = None,
+                  gathered: Gathered | None = None) -> Outcome:
     """The automatic subset: the same program without torch (``reach``'s probe, made in the
     same ``envs``, knows its versions and ``bare`` a bare login's) over the launch's open
-    connections; no clock (it decides nothing about a run)."""
-    t0 = time.monotonic()
+    connections; no clock (it decides nothing about a run). ``gathered``: its answers, when
+    asked already (:func:`gather_for_launch`)."""
     envs = envs or {}
-    endpoint = endpoint_of(config, {k: t.address for k, t in transports.items()})
-    reports = gather(config, transports, endpoint, full=False, envs=envs)
+    gathered = gathered or gather_for_launch(config, transports, envs)
+    reports, endpoint = dict(gathered.reports), gathered.endpoint
     for name, probe in probes.items():
         if name in reports and reports[name].python is not None:
             reports[name] = dataclasses.replace(reports[name], torch=torch_of(probe),
                                                 bare_torch=(bare or {}).get(name))
     verdict = explained(config, transports, envs, reports, endpoint)
-    return Outcome(verdict, reports, endpoint, time.monotonic() - t0)
+    return Outcome(verdict, reports, endpoint, time.monotonic() - gathered.started)

@@ -6,10 +6,11 @@ does. So the probe and the preflight program run as torchrun's ranks will: the s
 lines ``launch.sh`` holds (:func:`ddptui.launch.plan.env_exports`, the one source of them),
 the same interpreter looked up on that ``PATH``, in the project's directory. Those lines go
 on the command's stdin, never on its command line, where any user of the node could read
-the secret values among them. The same command first runs the (cheap, import-free) launch
-probe at the bare login, so one round trip tells both; only when the two differ and the
-ranks' torch fails a check is the node asked again, once per suspect name left out, to say
-which name does it (:mod:`ddptui.diagnose.preflight.envdiff` compares).
+the secret values among them. The (cheap, import-free) launch probe runs at the bare login
+too, at the same time (``ddptui check``: first, in the same command), so one round trip
+tells both; only when the two differ and the ranks' torch fails a check is the node asked
+again, once per suspect name left out, to say which name does it
+(:mod:`ddptui.diagnose.preflight.envdiff` compares).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ddptui.diagnose.preflight.envdiff import PROJECT, causes, suspects
 from ddptui.diagnose.preflight.report import TorchInfo
 from ddptui.launch.plan import Plan, env_exports, job_env, quote
 from ddptui.remote import nodeops
-from ddptui.remote.reach import found_probe
+from ddptui.remote.reach import beside, found_probe
 from ddptui.transport.base import CommandResult, Transport
 
 #: Marks the bare login's answer in the output; the ranks' answer follows it.
@@ -109,11 +110,18 @@ def torch_of(probe: nodeops.Probe) -> TorchInfo:
 
 
 def probe(transport: Transport, rank: RankEnv) -> tuple[CommandResult, TorchInfo | None]:
-    """The launch probe (:data:`ddptui.remote.nodeops.PROBE_SRC`) in the ranks' environment;
-    its output without the bare line, and the bare login's torch."""
-    res = run(transport, rank, nodeops.PROBE_SRC, timeout=60)
-    bare, rest = split_bare(res.stdout)
-    return CommandResult(res.exit_code, rest, res.stderr), bare
+    """The launch probe (:data:`ddptui.remote.nodeops.PROBE_SRC`) in the ranks' environment,
+    and beside it, at once, at the bare login (a node program of its own, which the srun
+    agent runs without a new interpreter); the first's output, and the bare login's torch."""
+    at_login = beside(lambda: transport.run(nodeops.probe_cmd(rank.python), timeout=60))
+    try:
+        res = run(transport, rank, nodeops.PROBE_SRC, timeout=60, bare=False)
+    finally:
+        try:
+            said = nodeops.parse_probe(at_login().stdout)
+        except Exception:  # a login that cannot answer knows no torch; the ranks' probe
+            said = None    # says why, if it failed too
+    return res, torch_of(said) if said is not None else None
 
 
 def without_cmd(rank: RankEnv, names: list[str]) -> str:

@@ -27,7 +27,7 @@ from ddptui.launch.precheck import endpoint_of
 from ddptui.nodeprog import port_lock
 from ddptui.run_state import NodeEvent
 from ddptui.store import rundir
-from ddptui.transport.base import TransportError
+from ddptui.transport.base import PythonCommand, TransportError
 
 #: Ports tried after the default when the hosts file leaves the port to ddptui.
 TRIES = 16
@@ -63,7 +63,7 @@ def reserve_cmd(python: str, *, host: str, ports: list[int], run_id: str, ndir: 
     args = {"dir": rundir.RDZV_LOCKS, "key": lock_key(host), "ports": ports, "run": run_id,
             "ndir": ndir, "young_s": YOUNG_S, "owner": rundir.LOCK_OWNER,
             "pid": rundir.LOCK_PID, "exit": rundir.EXIT_CODE}
-    return f"exec {quote(python)} -S -c {quote(NODE_SRC)} {quote(json.dumps(args))}"
+    return PythonCommand(python, NODE_SRC, (json.dumps(args),), no_site=True)
 
 
 def release_cmd(lock: str, run_id: str) -> str:

@@ -17,6 +17,7 @@ from ddptui.launch.plan import NodeLaunch
 from ddptui.nodeprog import torchrun_tee
 from ddptui.outcome import LaunchError
 from ddptui.remote import nodeops
+from ddptui.remote.reach import failures, map_at_once
 from ddptui.store import rundir
 from ddptui.transport.base import Transport
 
@@ -66,18 +67,23 @@ def upload(transport: Transport, node_launch: NodeLaunch, job: JobConfig) -> boo
     if res.exit_code != 0:
         raise LaunchError([f"node {node_launch.node.name}: cannot create the run directory "
                            f"{ndir}: {res.stderr.strip()}"])
+    files: list[tuple[bytes, str, int]] = []
     if job.script is None:  # job.is_bundled_worker, spelled so that mypy narrows job.script
-        for f in worker_files():
-            transport.put_bytes(f.read_bytes(), rundir.in_node_dir(worker_dir, f.name))
+        files += [(f.read_bytes(), rundir.in_node_dir(worker_dir, f.name), 0o644)
+                  for f in worker_files()]
     elif node_launch.project_dir is None and not job.module:
         src = Path(job.script)  # no project (a plan made without one): the script alone
-        transport.put_bytes(src.read_bytes(), rundir.in_node_dir(ndir, src.name), 0o755)
-    script = rundir.in_node_dir(ndir, rundir.LAUNCH_SCRIPT)
-    transport.put_bytes(node_launch.script.encode(), script, 0o700)  # it holds secret env
-    transport.put_bytes(torchrun_program(), rundir.in_node_dir(ndir, rundir.TORCHRUN))
-    transport.put_bytes(b"", rundir.in_node_dir(ndir, rundir.NODE_LOG))
+        files.append((src.read_bytes(), rundir.in_node_dir(ndir, src.name), 0o755))
+    files += [(node_launch.script.encode(), rundir.in_node_dir(ndir, rundir.LAUNCH_SCRIPT),
+               0o700),  # it holds secret env
+              (torchrun_program(), rundir.in_node_dir(ndir, rundir.TORCHRUN), 0o644),
+              (b"", rundir.in_node_dir(ndir, rundir.NODE_LOG), 0o644)]
     if node_launch.held:
-        transport.put_bytes(b"", node_launch.hold_path)
+        files.append((b"", node_launch.hold_path, 0o644))
+    # all at once: each is a round trip of its own (a command through the srun agent, an
+    # SFTP exchange), and none needs another
+    for failed in failures(map_at_once(files, lambda f: transport.put_bytes(*f))):
+        raise failed.error
     return nodeops.NEW_WORKDIR in res.stdout
 
 

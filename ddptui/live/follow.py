@@ -315,9 +315,9 @@ class NodeFollower(threading.Thread):
             if self._bell is not None:
                 self._bell[1].close()
 
-    def _wait(self, timeout: float) -> None:
-        """Until the node's log grows (its doorbell rings), ``timeout`` passes or following
-        stops. A doorbell is started on each connection; one that fails leaves the poll."""
+    def _wait(self, timeout: float, first: bool = False) -> None:
+        """Until the log grows (its doorbell rings), ``timeout`` passes (without a bell and
+        ``first``: FIRST_POLL) or following stops; a bell starts on each connection, or polls."""
         transport = self.transport
         if self.python is not None and (self._bell is None or self._bell[0] is not transport):
             if self._bell is not None:
@@ -330,7 +330,7 @@ class NodeFollower(threading.Thread):
             bell.wait(self.offset + len(self._buf), timeout)
             if bell.ringing:
                 return
-        self.halt.wait(timeout)
+        self.halt.wait(min(timeout, FIRST_POLL) if first else timeout)
 
     def _follow(self, raw: BinaryIO) -> None:
         next_check = 0.0
@@ -370,10 +370,10 @@ class NodeFollower(threading.Thread):
                 with contextlib.suppress(TransportError, OSError, EOFError):
                     self.transport = self.reconnect()
                 continue
-            # Until a rank's first line, look more often: it is the line a person waits for
-            # (bench/launch.py's "first lines"); a read that finds nothing new is one small
-            # request.
-            self._wait(self.poll if self._ranks_spoke else min(self.poll, FIRST_POLL))
+            # Until a rank's first line, look more often where no doorbell rings: it is the
+            # line a person waits for; a look is a command on the node, beside the torch
+            # import that line waits for, and a doorbell rings as it comes.
+            self._wait(self.poll, first=not self._ranks_spoke)
 
     def _has(self, name: str) -> bool:
         """Whether the node's run directory holds ``name`` (a marker file). A transport error

@@ -7,10 +7,10 @@ programs that share code import it from this package (``from ddptui.nodeprog.pro
 node, puts the imported module's body in place of that line, so the node gets one program.
 
 Their annotations are deferred (``from __future__ import annotations``: Python 3.7, older than
-any torch 2 runs on), or quoted in the two that any ``python3`` runs (the srun agent and the
-launch probe, 3.6); their typing names are imported only for the checker (``TYPE_CHECKING``):
-importing ``typing`` costs a node program about 10 ms a start, which a stop would pay on every
-node.
+any torch 2 runs on), or quoted in the three that any ``python3`` runs (the srun agent, its
+file reads and writes, and the launch probe, 3.6); their typing names are imported only for
+the checker (``TYPE_CHECKING``): importing ``typing`` costs a node program about 10 ms a
+start, which a stop would pay on every node.
 """
 
 from __future__ import annotations

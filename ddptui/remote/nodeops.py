@@ -23,7 +23,7 @@ from ddptui import nodeprog
 from ddptui.nodeprog import find_torch, stop_run, torchrun_tee
 from ddptui.store import rundir
 from ddptui.sync import remote
-from ddptui.transport.base import Detached
+from ddptui.transport.base import Detached, PythonCommand
 from ddptui.transport.srun.names import step_name
 
 #: The launch probe (:mod:`ddptui.nodeprog.find_torch`).
@@ -36,16 +36,10 @@ def marker(run_id: str, node_rank: int) -> str:
     return f"DDPTUI_RUN={run_id}/{node_rank}"
 
 
-def python_cmd(python: str, src: str, *args: str, no_site: bool = False) -> str:
+def python_cmd(python: str, src: str, *args: str, no_site: bool = False) -> PythonCommand:
     """``no_site``: ``python -S``, for programs of the standard library alone; it skips the
     site-packages scan (tens of ms a start, which a warm sync pays twice per node)."""
-    q = shlex.quote(python)
-    quoted = " ".join(shlex.quote(a) for a in args)
-    return (
-        f"command -v {q} >/dev/null 2>&1 || "
-        f"{{ echo 'ddptui: no such interpreter: '{q} >&2; exit 127; }}; "
-        f"exec {q} {'-S ' if no_site else ''}-c {shlex.quote(src)} {quoted}"
-    )
+    return PythonCommand(python, src, args, no_site)
 
 
 def probe_cmd(python: str) -> str:

@@ -69,6 +69,27 @@ class Detached:
         return f"cd {shlex.quote(self.cwd)} && (setsid {self._program()} &) && echo started"
 
 
+class PythonCommand(str):
+    """The shell line that runs a node program (``python -c SOURCE ARGS``), which also says
+    what it runs: a transport whose node side is that Python already (the srun agent) runs
+    the program there without a new interpreter; any other runs the line with ``sh -c``."""
+
+    python: str
+    source: str
+    args: tuple[str, ...]
+
+    def __new__(cls, python: str, source: str, args: tuple[str, ...], no_site: bool = False
+                ) -> PythonCommand:
+        q = shlex.quote(python)
+        quoted = " ".join(shlex.quote(a) for a in args)
+        line = super().__new__(cls, (
+            f"command -v {q} >/dev/null 2>&1 || "
+            f"{{ echo 'ddptui: no such interpreter: '{q} >&2; exit 127; }}; "
+            f"exec {q} {'-S ' if no_site else ''}-c {shlex.quote(source)} {quoted}"))
+        line.python, line.source, line.args = python, source, args
+        return line
+
+
 class Spawned(Protocol):
     """A command left running on the node, its output read a piece at a time."""
 

@@ -13,7 +13,6 @@ import os
 import select
 import signal
 import subprocess
-import tempfile
 import threading
 from collections.abc import Callable, Iterable
 from typing import IO
@@ -132,6 +131,8 @@ class LocalTransport:
         return os.path.expanduser("~")
 
     def put_bytes(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
+        import tempfile  # here: it imports shutil, and that bz2 and lzma (10 ms of a start)
+
         directory = os.path.dirname(remote_path) or "."
         fd, tmp = tempfile.mkstemp(prefix=".ddptui-tmp-", dir=directory)
         try:

@@ -7,9 +7,10 @@ import struct
 
 HEADER = struct.Struct("!IBI")
 
-# ddptui -> agent
-START, STDIN, EOF, KILL = 1, 2, 3, 4
-# agent -> ddptui
+# ddptui -> agent: a shell command (START) or a node program run in a fork of the agent
+# (PROGRAM: no new interpreter); both then take STDIN, EOF and KILL alike
+START, STDIN, EOF, KILL, PROGRAM = 1, 2, 3, 4, 5
+# agent -> ddptui; READY carries the step's $HOME
 READY, STDOUT, STDERR, EXIT, FAILED = 10, 11, 12, 13, 14
 
 

@@ -12,8 +12,14 @@ import signal
 import subprocess
 import threading
 from collections import deque
+from collections.abc import Sequence
 
 from ddptui.transport.srun import frames
+
+#: The most bytes of stdin one frame carries.
+PIECE = 1 << 20
+#: A command's stdin up to this size, known whole, is sent with its start in one write.
+WHOLE = 1 << 20
 
 #: What a channel's queue holds: (kind, bytes); None once the agent is gone.
 Message = tuple[int, bytes] | None
@@ -32,8 +38,8 @@ class Channel:
         self.ended = False
 
     def send(self, data: bytes) -> None:
-        for i in range(0, len(data), 1 << 20):
-            self.link.write(frames.frame(self.number, frames.STDIN, data[i:i + (1 << 20)]))
+        for i in range(0, len(data), PIECE):
+            self.link.write(frames.frame(self.number, frames.STDIN, data[i:i + PIECE]))
 
     def eof(self) -> None:
         self.link.write(frames.frame(self.number, frames.EOF))
@@ -61,6 +67,7 @@ class AgentLink:
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, start_new_session=True)
         self.ready = threading.Event()
+        self.home = ""  # $HOME in the agent's step, as its READY said
         self.closed = threading.Event()
         self.stderr: deque[bytes] = deque(maxlen=64)  # srun's own complaints, for messages
         self._stderr_done = threading.Event()
@@ -72,14 +79,30 @@ class AgentLink:
         threading.Thread(target=self._read_stderr, daemon=True,
                          name="ddptui-srun-stderr").start()
 
-    def open(self, command: str, stdin: bool) -> Channel:
+    def open(self, command: str, stdin: bool, fed: bytes | None = None) -> Channel:
+        """``sh -c command`` on the node; ``fed``: its whole stdin, sent with the start."""
+        return self._open(frames.START, {"cmd": command, "stdin": stdin}, fed)
+
+    def open_program(self, source: str, args: Sequence[str], stdin: bool,
+                     fed: bytes | None = None) -> Channel:
+        """The node program ``source`` with ``args``, in a fork of the agent's interpreter."""
+        return self._open(frames.PROGRAM, {"src": source, "argv": list(args), "stdin": stdin},
+                          fed)
+
+    def _open(self, kind: int, spec: dict[str, object], fed: bytes | None) -> Channel:
+        """A stdin known whole (``fed``) goes in the same write as the start and its end:
+        one message for srun to forward to the step and the agent to read, not three."""
         with self._lock:
             if self.closed.is_set():
                 raise LinkClosed(self.complaint())
             ch = Channel(self, next(self._numbers))
             self._channels[ch.number] = ch
-        self.write(frames.frame(ch.number, frames.START,
-                                json.dumps({"cmd": command, "stdin": stdin}).encode()))
+        data = frames.frame(ch.number, kind, json.dumps(spec).encode())
+        if fed is not None:
+            data += b"".join(frames.frame(ch.number, frames.STDIN, fed[i:i + PIECE])
+                             for i in range(0, len(fed), PIECE))
+            data += frames.frame(ch.number, frames.EOF)
+        self.write(data)
         return ch
 
     def forget(self, number: int) -> None:
@@ -116,6 +139,7 @@ class AgentLink:
                 if data is None:
                     break
                 if kind == frames.READY:
+                    self.home = data.decode("utf-8", "surrogateescape")
                     self.ready.set()
                     continue
                 with self._lock:

@@ -18,13 +18,22 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
+from ddptui import nodeprog
 from ddptui.config import NodeConfig
+from ddptui.nodeprog import node_files
 from ddptui.slurm import client
 from ddptui.slurm.jobinfo import SlurmError
-from ddptui.transport.base import CommandResult, Detached, OnOutput, Stopped, TransportError
+from ddptui.transport.base import (
+    CommandResult,
+    Detached,
+    OnOutput,
+    PythonCommand,
+    Stopped,
+    TransportError,
+)
 from ddptui.transport.srun import frames, stepenv
 from ddptui.transport.srun.agent import SOURCE
-from ddptui.transport.srun.link import AgentLink, Channel, LinkClosed
+from ddptui.transport.srun.link import WHOLE, AgentLink, Channel, LinkClosed
 from ddptui.transport.srun.names import AGENT_STEP, step_name
 
 #: Removes ``torchelastic_*/<run id>_*`` from the node's temp dirs (``$TMPDIR``, ``/tmp``),
@@ -35,6 +44,8 @@ _CLEAR_TEMP = ('for d in "${TMPDIR:-/tmp}"/torchelastic_*/__RUN__* /tmp/torchela
 
 #: Exit code of :meth:`SrunTransport.read_from`'s command when the file is not there.
 _ABSENT = 66
+#: Writes and reads a node's files inside the agent (:mod:`ddptui.nodeprog.node_files`).
+_FILES_SRC = nodeprog.source(node_files)
 
 
 class SrunTransport:
@@ -91,9 +102,14 @@ class SrunTransport:
                                          (f" during a command: {during[:200]}" if during else "")
                                          + (f" (srun said: {said})" if said else ""))
 
-    def _open(self, command: str, stdin: bool) -> Channel:
+    def _open(self, command: str, stdin: bool, fed: bytes | None = None) -> Channel:
+        """A node program for the agent's own interpreter runs in a fork of the agent (no
+        new interpreter); any other command with ``sh -c``. ``fed``: its whole stdin."""
         try:
-            return self._active().open(command, stdin)
+            link = self._active()
+            if isinstance(command, PythonCommand) and command.python == self.python:
+                return link.open_program(command.source, command.args, stdin, fed)
+            return link.open(command, stdin, fed)
         except LinkClosed as exc:
             raise self._ended(str(exc)) from None
 
@@ -107,10 +123,12 @@ class SrunTransport:
 
     def _collect(self, command: str, timeout: float, stdin: Iterable[bytes] | None,
                  on_output: OnOutput | None) -> tuple[bytes, bytes, int]:
-        ch = self._open(command, stdin is not None)
+        whole = _whole(stdin)
+        ch = self._open(command, stdin is not None, whole)
         deadline = time.monotonic() + timeout
         fed: list[BaseException] = []  # what feeding stdin raised, raised here
-        if stdin is not None:  # fed beside the reading: a sync's stdin waits on its output
+        # a stream is fed beside the reading: a sync's stdin waits on its output
+        if stdin is not None and whole is None:
             threading.Thread(target=_feed, args=(ch, stdin, fed), daemon=True,
                              name="ddptui-srun-stdin").start()
         try:
@@ -137,7 +155,8 @@ class SrunTransport:
                         raise fed[0]
                     return bytes(out), bytes(err), int(data)
                 elif kind == frames.FAILED:
-                    raise TransportError(self.node, f"{self.node}: cannot run sh there: "
+                    what = "a program" if isinstance(command, PythonCommand) else "sh"
+                    raise TransportError(self.node, f"{self.node}: cannot run {what} there: "
                                                     f"{data.decode('utf-8', 'replace')}")
         except LinkClosed as exc:
             raise self._ended(str(exc)) from None
@@ -164,30 +183,30 @@ class SrunTransport:
         return CommandResult(0, "started\n", "")
 
     def home(self) -> str:
+        """``$HOME`` in the agent's step, which the agent says as it starts."""
         if self._home is None:
-            res = self.run('printf %s "$HOME"', timeout=30)
-            if res.exit_code != 0 or not res.stdout.startswith("/"):
-                raise TransportError(self.node, f"{self.node}: could not read $HOME there: "
-                                                f"{res.stderr.strip()[-200:]}")
-            self._home = res.stdout
+            home = self._active().home
+            if not home.startswith("/"):
+                raise TransportError(self.node, f"{self.node}: could not read $HOME there: it "
+                                                f"is {home!r}, not an absolute path")
+            self._home = home
         return self._home
 
+    def _files(self, *args: str) -> PythonCommand:
+        return PythonCommand(self.python, _FILES_SRC, args)
+
     def put_bytes(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
-        q = shlex.quote(remote_path)
-        d = shlex.quote(remote_path.rsplit("/", 1)[0] or "/")
-        cmd = (f't=$(mktemp {d}/.ddptui-tmp-XXXXXX) && cat > "$t" && chmod {mode:o} "$t" '
-               f'&& mv -f "$t" {q} || {{ rm -f "$t"; exit 1; }}')
-        res = self.run_stream(cmd, timeout=120, stdin=[data])
+        res = self.run_stream(self._files("put", remote_path, f"{mode:o}"), timeout=120,
+                              stdin=[data])
         if res.exit_code != 0:
             raise OSError(f"{self.node}: cannot write {remote_path}: {res.stderr.strip()}")
 
     def read_from(self, remote_path: str, offset: int, max_bytes: int) -> bytes:
-        q = shlex.quote(remote_path)
         if max_bytes <= 0:
             return b""
-        out, err, code = self._collect(
-            f"[ -e {q} ] || exit {_ABSENT}; tail -c +{int(offset) + 1} {q} | "
-            f"head -c {int(max_bytes)}", 120, None, None)
+        out, err, code = self._collect(self._files("read", remote_path, str(int(offset)),
+                                                   str(int(max_bytes)), str(_ABSENT)),
+                                       120, None, None)
         if code == _ABSENT:
             raise FileNotFoundError(remote_path)
         if code != 0:
@@ -268,6 +287,13 @@ class SrunTransport:
 
     def __repr__(self) -> str:
         return f"SrunTransport({self.node!r}, job {self.job})"
+
+
+def _whole(stdin: Iterable[bytes] | None) -> bytes | None:
+    """A small stdin given as a list (a file written, exports), joined; None for a stream."""
+    if isinstance(stdin, list | tuple) and sum(len(b) for b in stdin) <= WHOLE:
+        return b"".join(stdin)
+    return None
 
 
 def _feed(ch: Channel, stdin: Iterable[bytes], fed: list[BaseException]) -> None:

@@ -294,29 +294,9 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "clean":
         return _clean(args)
     if args.command == "stop":
-        from ddptui.afterwards.stop_beside import followed_elsewhere, stop_beside
-        from ddptui.store.runs import state_root
+        from ddptui.faces.stop import stop_run
 
-        root = state_root(args.state_dir)
-        if followed_elsewhere(root, args.run_id):  # its own session records the end
-            print(f"ddptui: run {args.run_id} is followed by another ddptui on this machine; "
-                  "stopping it on its nodes, that ddptui records the end", flush=True)
-            report = stop_beside(root, args.run_id, args.grace)
-        else:
-            try:
-                session = Session.attach(args.run_id, state_root=args.state_dir, follow=False)
-            except LaunchError as e:
-                print(f"ddptui: {e}", file=sys.stderr)
-                return USAGE_EXIT
-            report = session.stop(args.grace)
-        for node, err in report.errors.items():
-            print(f"ddptui: node {node} could not be reached to stop the run there, so its "
-                  f"processes may still be running; run `ddptui stop {args.run_id}` again "
-                  f"once it answers. What connecting said: {err}", file=sys.stderr)
-        for node, pids in report.leftover.items():
-            state = "clean" if not pids else f"STILL RUNNING: {pids}"
-            print(f"ddptui: node {node}: {state}")
-        return 0 if report.clean else 1
+        return stop_run(args.state_dir, args.run_id, args.grace)
 
     from ddptui.faces.headless import Printer, run_headless
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -54,6 +55,13 @@ def row(out: str, node: str) -> list[str]:
     return line.split()[1:]
 
 
+def marks(out: str, node: str) -> dict[str, str]:
+    """The node's marks by column name, so that a new column moves no test."""
+    head = next(ln for ln in out.splitlines() if ln.startswith("node "))
+    names = re.split(r"\s{2,}", head.strip())[1:]
+    return dict(zip(names, row(out, node), strict=True))
+
+
 @contextlib.contextmanager
 def dropped(c: Cluster, host: str, port: int, verdict: str = "drop") -> Iterator[None]:
     """An nft rule in the host's namespace that silently drops TCP to ``port`` (or answers
@@ -76,10 +84,12 @@ def test_healthy_cluster_passes(cluster2: Cluster, tmp_path: Path) -> None:
     assert "✗" not in res.stdout and "2 node(s) ready" in res.stdout
     # every check that applies without a GPU was made, on both nodes
     for node in ("node1", "node2"):
-        marks = row(res.stdout, node)
-        assert marks[:3] == ["✓", "✓", "✓"] and marks[3:5] == ["-", "-"], res.stdout
-        assert marks[5:9] == ["✓"] * 4 and marks[-1] == "✓", res.stdout
-    assert row(res.stdout, "node1")[9] == "✓" and row(res.stdout, "node2")[9] == "-"
+        m = marks(res.stdout, node)
+        assert [m[c] for c in ("ssh", "python", "torch")] == ["✓"] * 3, res.stdout
+        assert [m[c] for c in ("gpus", "gpu use", "cpus")] == ["-"] * 3, res.stdout  # no Slurm
+        assert [m[c] for c in ("hostname", "network", "workdir", "clock", "reach")] == [
+            "✓"] * 5, res.stdout
+    assert marks(res.stdout, "node1")["port"] == "✓" and marks(res.stdout, "node2")["port"] == "-"
     js = json.loads(check(path, tmp_path, "--json").stdout)
     assert js["ok"] is True and js["endpoint"] == {"host": cluster2["node1"].ip, "port": port,
                                                    "node": "node1"}
@@ -101,7 +111,7 @@ def test_firewall_on_the_rendezvous_port(cluster2: Cluster, tmp_path: Path, verd
     assert res.returncode == 1, res.stdout + res.stderr
     want = said.format(ip=cluster2["node1"].ip, port=port)
     assert any(ln.startswith(want) for ln in failures(res.stdout)), res.stdout
-    assert row(res.stdout, "node2")[-1] == "✗" and row(res.stdout, "node1")[9] == "✓"
+    assert marks(res.stdout, "node2")["reach"] == "✗" and marks(res.stdout, "node1")["port"] == "✓"
 
 
 def test_port_already_bound_on_the_endpoint(cluster2: Cluster, tmp_path: Path) -> None:
@@ -117,7 +127,7 @@ def test_port_already_bound_on_the_endpoint(cluster2: Cluster, tmp_path: Path) -
         holder.kill()
         holder.wait(timeout=10)
     assert res.returncode == 1, res.stdout + res.stderr
-    assert row(res.stdout, "node1")[9] == "✗"
+    assert marks(res.stdout, "node1")["port"] == "✗"
     line = next(ln for ln in failures(res.stdout) if ln.startswith("✗ port:"))
     assert f"node node1: the rendezvous port {port} is already in use there by pid " \
            f"{holder.pid} ({sys.executable} -c import socket" in line, line
@@ -129,7 +139,8 @@ def test_socket_interface_missing_on_one_node(cluster2: Cluster, tmp_path: Path)
     path, _ = hosts_file(cluster2, tmp_path, node2={"env": env})
     res = check(path, tmp_path)
     assert res.returncode == 1, res.stdout + res.stderr
-    assert row(res.stdout, "node1")[6] == "✓" and row(res.stdout, "node2")[6] == "✗"
+    assert marks(res.stdout, "node1")["network"] == "✓"
+    assert marks(res.stdout, "node2")["network"] == "✗"
     [line] = failures(res.stdout)
     assert line.startswith("✗ network: node node2: NCCL_SOCKET_IFNAME=eth9 selects no "
                            "interface with an address (it has lo, eth0)"), line
@@ -165,7 +176,10 @@ def test_missing_interpreter(cluster2: Cluster, tmp_path: Path) -> None:
     assert line.startswith("✗ python: node node2: the interpreter '/opt/nowhere/python3' does "
                            "not exist there (ddptui: no such interpreter"), line
     # node1 was still checked in full, and the port test did not blame it
-    assert row(res.stdout, "node1") == ["✓", "✓", "✓", "-", "-", "✓", "✓", "✓", "✓", "✓", "✓"]
+    assert marks(res.stdout, "node1") == {
+        "ssh": "✓", "python": "✓", "torch": "✓", "gpus": "-", "gpu use": "-", "cpus": "-",
+        "hostname": "✓", "network": "✓", "workdir": "✓", "clock": "✓", "port": "✓",
+        "reach": "✓"}
 
 
 def test_run_stops_at_the_automatic_preflight(cluster2: Cluster, tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ class Allocation:
                                lambda sent: recorder.update(time_limit=sent), done,
                                recorder.record().time_limit)
         self.job = JobWatch.of(config, store, followers, self.limit.heard)
+        self.limit.marks_readable = lambda: not self.job.gone
 
     def again(self, number: int, *, stopped: bool) -> str | None:
         """Why attempt ``number`` of the run, now over, is to be tried again; None: not."""

@@ -66,6 +66,9 @@ class TimeLimit:
         self._told: set[int] | None = None
         self._absent_said = False
         self._final: threading.Thread | None = None
+        #: Whether a mark left from elsewhere is worth reading at the end (not once Slurm has
+        #: ended the job: its nodes hold nothing of the run to read).
+        self.marks_readable: Callable[[], bool] = lambda: True
         self._first = config.nodes[0].name
 
     @property
@@ -121,7 +124,9 @@ class TimeLimit:
         return not self._final.is_alive() and applied()
 
     def _last_look(self) -> None:
-        if (self.sent is None and not self._marked()) or not self.left_at_signal:
+        if self.sent is None and not (self.marks_readable() and self._marked()):
+            return
+        if not self.left_at_signal:
             return
         self._look()
         if self.found is None:

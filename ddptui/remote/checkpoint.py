@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+import shlex
 from dataclasses import dataclass
 
 from ddptui import nodeprog
@@ -22,6 +23,8 @@ SIGNAL_SRC = nodeprog.source(signal_ranks)
 SEEN_SRC = nodeprog.source(checkpoint_seen)
 #: Seconds either program may take on a node (they read /proc or stat a few files).
 TIMEOUT_S = 30.0
+#: Seconds the read of the signal's mark may take, at a run's end.
+MARK_TIMEOUT_S = 10.0
 #: ``step=1200``, ``step_1200``, ``checkpoint-1200``, ``snapshot-00001200.pt``: the step, by
 #: the names HF Trainer, Lightning, nanoGPT-likes and the bundled worker give; else the last
 #: number of the name.
@@ -78,14 +81,13 @@ def signal_node(t: Transport, python: str, run_id: str, node_rank: int, node: st
 
 def signal_mark(t: Transport, node_dir: str) -> dict[str, JSON] | None:
     """The mark the signal left in the node dir (see :mod:`ddptui.nodeprog.signal_ranks`);
-    None when it left none: no signal was sent to this run's ranks there."""
+    None when it left none: no signal was sent to this run's ranks there. Bounded (a node
+    that stopped answering holds the run's end up for :data:`MARK_TIMEOUT_S` at most)."""
+    path = shlex.quote(rundir.in_node_dir(node_dir, rundir.TIME_LIMIT_SIGNAL))
+    res = t.run(f"cat {path} 2>/dev/null; exit 0", timeout=MARK_TIMEOUT_S)
     try:
-        data = t.read_from(rundir.in_node_dir(node_dir, rundir.TIME_LIMIT_SIGNAL), 0, 4096)
-    except FileNotFoundError:
-        return None
-    try:
-        mark = json.loads(data)
-    except ValueError:
+        mark = json.loads(res.stdout)
+    except ValueError:  # none there (empty), or not one
         return None
     return mark if isinstance(mark, dict) and isinstance(mark.get("sent_at"), float) else None
 

@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,6 +161,22 @@ def test_numbered_lines_are_contiguous_per_rank(tmp_path: Path) -> None:
         assert len(got) >= 30 + 6 + 3 + 2  # step lines, metrics, evals, start+summary
 
 
+def rest_of(proc: subprocess.Popen[str], within: float = 60) -> list[str]:
+    """The lines ``proc`` prints until it ends, read through the same buffer as the lines
+    before them: ``communicate(timeout=...)`` reads the pipe's descriptor itself, and the
+    lines already in ``proc.stdout``'s buffer were lost (a step's metric, once in a CI run).
+    Killed past ``within`` seconds, so the wait is bounded."""
+    assert proc.stdout is not None
+    watchdog = threading.Timer(within, lambda: os.killpg(proc.pid, signal.SIGKILL))
+    watchdog.start()
+    try:
+        rest = list(proc.stdout)
+    finally:
+        watchdog.cancel()
+    proc.wait(10)
+    return rest
+
+
 def test_sigterm_writes_a_snapshot_and_stops_every_rank(tmp_path: Path) -> None:
     cmd, env = _command((*TINY, "--steps", "100000", "--log-every", "5",
                          "--snapshot-every", "0", "--step-sleep-ms", "20"), 0)
@@ -174,8 +191,7 @@ def test_sigterm_writes_a_snapshot_and_stops_every_rank(tmp_path: Path) -> None:
             if '"kind": "metric"' in line and '"step": 10,' in line:
                 break
         os.killpg(proc.pid, signal.SIGTERM)
-        rest, _ = proc.communicate(timeout=60)
-        lines.append(rest)
+        lines.extend(rest_of(proc))
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -209,8 +225,7 @@ def test_the_time_limits_signal_to_the_ranks_alone_saves_and_a_second_run_resume
             if '"kind": "metric"' in line and '"step": 10,' in line:
                 break
         sent = signal_ranks.send(b"DDPTUI_RUN=limit/0", "USR2")
-        rest, _ = proc.communicate(timeout=60)
-        lines.append(rest)
+        lines.extend(rest_of(proc))
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -14,14 +14,18 @@ import subprocess
 import sys
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from ddptui.events import METRIC_MARK, PREFIX_TEMPLATE, Event, Failure, LogLine, Metric
 from ddptui.nodelog import NodeLogParser
 from ddptui.nodeprog import signal_ranks
+
+T = TypeVar("T")
 
 pytestmark = [pytest.mark.torchrun, pytest.mark.timeout(180)]
 
@@ -161,42 +165,42 @@ def test_numbered_lines_are_contiguous_per_rank(tmp_path: Path) -> None:
         assert len(got) >= 30 + 6 + 3 + 2  # step lines, metrics, evals, start+summary
 
 
-def rest_of(proc: subprocess.Popen[str], within: float = 60) -> list[str]:
-    """The lines ``proc`` prints until it ends, read through the same buffer as the lines
-    before them: ``communicate(timeout=...)`` reads the pipe's descriptor itself, and the
-    lines already in ``proc.stdout``'s buffer were lost (a step's metric, once in a CI run).
-    Killed past ``within`` seconds, so the wait is bounded."""
-    assert proc.stdout is not None
-    watchdog = threading.Timer(within, lambda: os.killpg(proc.pid, signal.SIGKILL))
-    watchdog.start()
+def interrupted_at(tmp_path: Path, cmd: list[str], env: dict[str, str],
+                   interrupt: Callable[[int], T], step: int = 10) -> tuple[Result, T]:
+    """The worker started in a session of its own (as ddptui runs a job), ``interrupt``
+    called with its process group once rank 0's metric of ``step`` is out, and every line it
+    printed until it ended, with what ``interrupt`` returned.
+
+    The rest is read through the same buffer as the lines before it: ``communicate(timeout=)``
+    reads the pipe's descriptor itself, and the lines already in ``proc.stdout``'s buffer were
+    lost (a step's metric, once in a CI run). Killed past 60 s, so the wait is bounded."""
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines: list[str] = []
+    watchdog = threading.Timer(60, lambda: os.killpg(proc.pid, signal.SIGKILL))
     try:
-        rest = list(proc.stdout)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if '"kind": "metric"' in line and f'"step": {step},' in line:
+                break
+        got = interrupt(proc.pid)
+        watchdog.start()
+        lines.extend(proc.stdout)
+        proc.wait(10)
     finally:
         watchdog.cancel()
-    proc.wait(10)
-    return rest
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return Result(proc.returncode, _parse("".join(lines)), "".join(lines)), got
 
 
 def test_sigterm_writes_a_snapshot_and_stops_every_rank(tmp_path: Path) -> None:
     cmd, env = _command((*TINY, "--steps", "100000", "--log-every", "5",
                          "--snapshot-every", "0", "--step-sleep-ms", "20"), 0)
-    # Its own session, as ddptui runs a job: the stop signals the whole process group.
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    lines: list[str] = []
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            if '"kind": "metric"' in line and '"step": 10,' in line:
-                break
-        os.killpg(proc.pid, signal.SIGTERM)
-        lines.extend(rest_of(proc))
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    r = Result(proc.returncode, _parse("".join(lines)), "".join(lines))
+    # the stop signals the whole process group
+    r, _ = interrupted_at(tmp_path, cmd, env, lambda pgid: os.killpg(pgid, signal.SIGTERM))
     summaries = r.metrics("summary")
     assert sorted(m.rank for m in summaries) == [0, 1], r.text[-3000:]
     assert all(m.extra["stopped"] is True for m in summaries)
@@ -215,24 +219,10 @@ def test_the_time_limits_signal_to_the_ranks_alone_saves_and_a_second_run_resume
     cmd, env = _command((*TINY, "--steps", "60", "--log-every", "1", "--snapshot-every", "0",
                          "--step-sleep-ms", "50", "--stop-check-every", "1"), 0)
     env["DDPTUI_RUN"] = "limit/0"
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    lines: list[str] = []
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            if '"kind": "metric"' in line and '"step": 10,' in line:
-                break
-        sent = signal_ranks.send(b"DDPTUI_RUN=limit/0", "USR2")
-        lines.extend(rest_of(proc))
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    first, (torchrun_pid, sent) = interrupted_at(tmp_path, cmd, env, lambda pgid: (
+        pgid, signal_ranks.send(b"DDPTUI_RUN=limit/0", "USR2")))
     assert sorted(r for r, _lr, _pid in sent["signalled"]) == [0, 1]  # type: ignore[union-attr]
-    assert proc.pid not in {pid for _r, _lr, pid in sent["signalled"]}  # type: ignore[union-attr]
-    first = Result(proc.returncode, _parse("".join(lines)), "".join(lines))
+    assert torchrun_pid not in {pid for _r, _lr, pid in sent["signalled"]}  # type: ignore[union-attr]
     assert first.code == 0, first.text[-3000:]
     step = next(m.step for m in first.metrics("summary") if m.rank == 0)
     assert step is not None and 10 <= step < 60

@@ -17,10 +17,10 @@ from typing import TextIO
 from ddptui.config import HostsConfig
 from ddptui.events import Level
 from ddptui.live.timelimit import TimeLimit
-from ddptui.remote.reach import Failed, connect, map_at_once
+from ddptui.remote.reach import connect_all
+from ddptui.run_state import RunRecord
 from ddptui.store.runs import no_run, read_run
 from ddptui.store.runs import state_root as resolve_state_root
-from ddptui.transport.base import Transport
 
 USAGE_EXIT = 2
 #: Seconds to look for the checkpoint after the signal, by default.
@@ -37,26 +37,18 @@ def rehearse(state_root: Path | None, run_id: str, *, wait: float = WAIT_S,
         err.write(f"ddptui: {no_run(root, run_id, e)}\n")
         return USAGE_EXIT
     config = HostsConfig.from_dict(meta["config"])
-    dirs = {str(n["name"]): str(n.get("project_dir") or n["run_dir"])
-            for n in meta.get("nodes") or []}
-    node_dirs = {str(n["name"]): str(n["run_dir"]) for n in meta.get("nodes") or []}
-    if not dirs:
+    nodes = RunRecord.from_json(meta).nodes  # where each node's ranks run, and its node dir
+    if not nodes:
         err.write(f"ddptui: run {run_id} has not started on its nodes; nothing to signal\n")
         return USAGE_EXIT
-    transports: dict[str, Transport] = {}
-    for got in map_at_once(list(config.nodes), lambda n: connect(n, config)):
-        if isinstance(got, Failed):
-            err.write(f"ddptui: could not reach node {got.item.name}: {got.error}\n")
-        else:
-            transports[got.item.name] = got.value
+    transports = connect_all(config, lambda said: err.write(f"ddptui: {said}\n"))
 
     def note(node: str, text: str, level: Level) -> None:
         (err if level is Level.ERROR else out).write(f"ddptui: {text}\n")
 
     done = threading.Event()
-    limit = TimeLimit(config, run_id, transports.__getitem__, dirs.__getitem__,
-                      node_dirs.__getitem__, note,
-                      lambda _n: None, done)
+    limit = TimeLimit(config, run_id, transports.__getitem__, lambda n: nodes[n].cwd,
+                      lambda n: nodes[n].run_dir, note, lambda _n: None, done)
     try:
         limit.rehearse()  # says what it sent, through note
         deadline = time.monotonic() + wait

@@ -14,12 +14,11 @@ from typing import TextIO
 from ddptui.config import HostsConfig
 from ddptui.config.secrets import config_masker
 from ddptui.rank_stacks import stacks_lines
-from ddptui.remote.reach import Failed, connect, map_at_once
+from ddptui.remote.reach import connect_all
 from ddptui.remote.stacks import take
 from ddptui.store import rundir
 from ddptui.store.runs import no_run, read_run
 from ddptui.store.runs import state_root as resolve_state_root
-from ddptui.transport.base import Transport
 
 USAGE_EXIT = 2
 
@@ -34,13 +33,7 @@ def show_stacks(state_root: Path | None, run_id: str, *, rank: int | None = None
         err.write(f"ddptui: {no_run(root, run_id, e)}\n")
         return USAGE_EXIT
     config = HostsConfig.from_dict(meta["config"])
-    nodes = list(config.nodes)
-    transports: dict[str, Transport] = {}
-    for got in map_at_once(nodes, lambda n: connect(n, config)):
-        if isinstance(got, Failed):
-            err.write(f"ddptui: could not reach node {got.item.name}: {got.error}\n")
-        else:
-            transports[got.item.name] = got.value
+    transports = connect_all(config, lambda said: err.write(f"ddptui: {said}\n"))
     try:
         stacks = take(run_id, config, transports, rundir.run_dir(root, run_id), rank=rank,
                       mask=config_masker(config).text)

@@ -111,6 +111,19 @@ def connect(node: NodeConfig, config: HostsConfig) -> Transport:
     return transport
 
 
+def connect_all(config: HostsConfig, unreached: Callable[[str], object]) -> dict[str, Transport]:
+    """A connection to every node of ``config`` that answers, at once, for a command that
+    acts on a run it does not follow; each node that does not answer is left out and said to
+    ``unreached`` in ddptui's words."""
+    transports: dict[str, Transport] = {}
+    for got in map_at_once(list(config.nodes), lambda n: connect(n, config)):
+        if isinstance(got, Failed):
+            unreached(f"could not reach node {got.item.name}: {got.error}")
+        else:
+            transports[got.item.name] = got.value
+    return transports
+
+
 def probe_node(node: NodeConfig, config: HostsConfig) -> tuple[Transport, nodeops.Probe, str]:
     """Connect and check the interpreter and torch; the open transport is kept for reuse."""
     transport = connect(node, config)

@@ -244,9 +244,10 @@ class TimeLimit:
 
     def say_absent(self, when: str) -> None:
         """No checkpoint newer than the signal was seen by ``when``: said once, plainly."""
-        if self._absent_said:
-            return
-        self._absent_said = True
+        with self._lock:  # the job watch's thread and the run's end may both come here
+            if self._absent_said:
+                return
+            self._absent_said = True
         what = (f"no checkpoint newer than the signal was found on any node "
                 f"({self.pattern})" if self.pattern else
                 "nothing was saved that ddptui can see (no `slurm.checkpoint` is set)")

@@ -15,9 +15,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
-from typing import Any, NotRequired, TypedDict, Unpack
+from typing import Any, TypedDict, Unpack
 
 from ddptui.events import JSON, Event, NodeState, NodeStatus, RunStatus
+from ddptui.run_notes import (
+    Attempt,
+    Controller,
+    Note,
+    Preflight,
+    Reconciled,
+    Rendezvous,
+    RouteNote,
+    SyncStats,
+    TimeLimitNote,
+)
 
 #: ``run.json``'s layout version; a reader refuses nothing, but a writer bumps this when a
 #: field changes meaning. Version 1: the layout of ddptui up to this module, plus ``schema``;
@@ -133,94 +144,6 @@ def node_next(state: NodeStatus, event: NodeEvent) -> NodeStatus | None:
     return NODE_TABLE.get((state, event))
 
 
-class Controller(TypedDict):
-    """The process that follows the run (:func:`ddptui.store.owner.this_controller`)."""
-
-    host: str
-    boot: str
-    pid: int
-    start: str
-    detached: NotRequired[bool]  # it let go of the run (``ddptui attach`` takes it up)
-
-
-class Preflight(TypedDict):
-    seconds: float
-    ok: bool
-    problems: list[str]
-
-
-class SyncStats(TypedDict):
-    """One node's sync (:func:`ddptui.sync.manifest.stats`); tests read these counts."""
-
-    digest: str
-    files_sent: int
-    bytes_sent: int
-    files: int
-    seconds: float
-    cached: bool
-
-
-class Rendezvous(TypedDict):
-    """The store's node, address and port, and the port's lock there (launch.reserve)."""
-
-    node: str
-    host: str
-    port: int
-    lock: str
-
-
-class NcclMeta(TypedDict):
-    """The NCCL facts and ddptui's warnings about them, so that a script reading
-    ``run.json`` needs no ddptui to know what is wrong (``live.nccl_watch.facts_meta``)."""
-
-    nccl: dict[str, JSON]
-    nccl_warnings: list[dict[str, JSON]]
-
-
-class Note(TypedDict):
-    """When a command other than the run's own wrote to its record, and which."""
-
-    at: float
-    by: str
-
-
-class Reconciled(Note):
-    """What a stale run's nodes said when it was settled (:mod:`ddptui.afterwards.reconcile`)."""
-
-    alive: dict[str, list[int]]
-    unreachable: NotRequired[dict[str, str]]
-
-
-class Checkpoint(TypedDict):
-    """A checkpoint seen on a node after the time limit's signal (:mod:`ddptui.live.timelimit`)."""
-
-    node: str
-    path: str
-    step: int | None
-    after_s: float  # written this long after the signal
-
-
-class TimeLimitNote(TypedDict):
-    """The signal sent to the ranks before the allocation's time limit (or to rehearse it),
-    and the checkpoint it brought, None while (or if) none is seen."""
-
-    signal: str
-    sent_at: float
-    why: str
-    ranks: int
-    checkpoint: Checkpoint | None
-
-
-class Attempt(TypedDict):
-    """One allocation's try at a run resubmitted after its time limit (``slurm.resubmit``):
-    the first attempt's run id links them all."""
-
-    first: str
-    number: int
-    job: str
-    resumed_from: Checkpoint | None
-
-
 @dataclass(frozen=True)
 class NodeRecord:
     """One node in ``run.json``: enough to find and stop its part of the run without the
@@ -260,6 +183,7 @@ class RunChanges(TypedDict, total=False):
     exit_code: int | None
     error: list[str] | None
     preflight: Preflight | None
+    routes: dict[str, RouteNote] | None
     sync: dict[str, SyncStats] | None
     node_exit_codes: dict[str, int | None] | None
     diagnosis: dict[str, JSON] | None
@@ -296,6 +220,8 @@ class RunRecord:
     exit_code: int | None = None
     error: list[str] | None = None
     preflight: Preflight | None = None
+    #: By node: the address and interface given to a node whose own name leads nowhere.
+    routes: dict[str, RouteNote] | None = None
     sync: dict[str, SyncStats] | None = None
     node_exit_codes: dict[str, int | None] | None = None
     diagnosis: dict[str, JSON] | None = None  # Diagnosis.to_dict()

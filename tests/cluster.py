@@ -326,13 +326,7 @@ class Cluster:
                     dir=hdir,
                 )
             )
-        hosts_file = "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n" + "".join(
-            f"{h.ip} {h.name}\n" for h in self.hosts
-        )
-        for h in self.hosts:
-            etc = Path("/etc/netns") / h.netns
-            etc.mkdir(parents=True, exist_ok=True)
-            (etc / "hosts").write_text(hosts_file)
+        self._write_hosts_files()
         # Each step is one process for all hosts (or one per host, all at once): on a loaded
         # 2-core machine a few hundred sequential `ip` and `ssh-keygen` runs cost seconds.
         keygen = self._start_keygen()
@@ -350,6 +344,27 @@ class Cluster:
             self.start_sshd(h)
         for h in self.hosts:  # all started above, so these waits overlap
             self.wait_port(h.ip, 22, timeout=10.0 + 0.5 * self.k, host=h)
+
+    def _write_hosts_files(self, own_name_to: str | None = None) -> None:
+        """Every host's /etc/hosts (``ip netns exec`` binds /etc/netns/NS/hosts over it):
+        each name to its host's address, or a host's own name to ``own_name_to`` there."""
+        for h in self.hosts:
+            etc = Path("/etc/netns") / h.netns
+            etc.mkdir(parents=True, exist_ok=True)
+            (etc / "hosts").write_text(  # the same inode: running hosts see the new text
+                "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n" + "".join(
+                    f"{own_name_to if o is h and own_name_to else o.ip} {o.name}\n"
+                    for o in self.hosts))
+
+    @contextlib.contextmanager
+    def own_names_to(self, address: str = "127.0.1.1") -> Iterator[None]:
+        """Debian's default on every host while it lasts: its own name resolves to
+        ``127.0.1.1`` there (the other hosts' names still to their addresses)."""
+        self._write_hosts_files(address)
+        try:
+            yield
+        finally:
+            self._write_hosts_files()
 
     def _start_keygen(self) -> list[subprocess.Popen[bytes]]:
         """The client key and every host key, generated concurrently."""

@@ -41,6 +41,38 @@ def test_a_hold_ends_when_the_controller_renames_its_file(tmp_path: Path) -> Non
     assert (tmp_path / torchrun_tee.GO).exists() and not hold.exists()
 
 
+def test_a_release_carries_the_chosen_route_to_torchrun(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What preflight chose for a node whose name fails is written with the release and
+    applied before torchrun parses its flags: ``--local-addr`` first, the interfaces set."""
+    from ddptui.diagnose.preflight.route import NameTrouble, RouteChoice
+    from ddptui.launch.staging import route_text
+
+    hold = held_file(tmp_path)
+    chosen = RouteChoice("b", "eth0", "10.0.0.2", (NameTrouble("gloo", "b", "127.0.1.1", None),),
+                         "10.0.0.2", {"GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "=eth0"})
+    cmd = nodeops.release_cmd(str(hold), route_text(chosen))
+    subprocess.run(["sh", "-c", cmd], check=True, timeout=30)
+    assert torchrun_tee.hold(str(hold), 5)
+    monkeypatch.setattr(sys, "argv", ["torchrun.py", "--nnodes", "2", "job.py", "--lr", "1"])
+    for k in chosen.env:
+        monkeypatch.delenv(k, raising=False)
+    torchrun_tee.apply_route(str(tmp_path))
+    assert sys.argv == ["torchrun.py", "--local-addr", "10.0.0.2", "--nnodes", "2", "job.py",
+                        "--lr", "1"]
+    assert {k: os.environ[k] for k in chosen.env} == dict(chosen.env)
+
+
+def test_an_unreadable_route_stops_torchrun_with_words(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / torchrun_tee.ROUTE).write_text("{not json")
+    with pytest.raises(SystemExit) as e:
+        torchrun_tee.apply_route(str(tmp_path))
+    assert e.value.code == torchrun_tee.EXIT_BAD_ROUTE
+    assert "ddptui: torchrun not started:" in capsys.readouterr().err
+    torchrun_tee.apply_route(str(tmp_path / "none"))  # no file: nothing chosen, nothing done
+
+
 def test_a_hold_ends_at_once_when_the_launch_is_undone(tmp_path: Path) -> None:
     hold = held_file(tmp_path)
     threading.Timer(0.2, hold.unlink).start()

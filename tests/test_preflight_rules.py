@@ -171,28 +171,41 @@ def test_a_process_row_for_a_gpu_shows_its_index() -> None:
     assert got is not None and "GPU 1 by pid 9 (x, 5 MiB)" in (got.problem or "")
 
 
+USING_B = ("node b: using eth0 10.0.0.2 toward the rendezvous; its name b resolves to 127.0.1.1 "
+           "(loopback)")
+NO_WAY = {"route_src": None, "route_dev": None}
+
+
 @pytest.mark.parametrize(("over", "node", "backend", "mark", "said"), [
-    ({"host_addrs": ("127.0.1.1",)}, {}, "c10d", Mark.FAIL,
-     "node b: c10d advertises the node as 'b', which resolves to 127.0.1.1 (loopback) there; "
-     "gloo binds to the address of 'b', which resolves to 127.0.1.1 (loopback) there, so the "
-     "other nodes would connect to themselves or not at all. Map the name to the node's "
-     "network address in /etc/hosts, or set `addr:` for this node and GLOO_SOCKET_IFNAME in "
-     "its `env:`."),
-    ({"host_addrs": ("127.0.1.1",)}, {"addr": "10.0.0.2"}, "c10d", Mark.FAIL,
-     "node b: gloo binds to the address of 'b', which resolves to 127.0.1.1"),
+    # the name fails, the route gives the address and interface to use instead
+    ({"host_addrs": ("127.0.1.1",)}, {}, "c10d", Mark.PASS,
+     USING_B + " (torchrun --local-addr, GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME set for this "
+     "run; set `addr:` and GLOO_SOCKET_IFNAME in its `env:` to choose otherwise)"),
+    ({"host_addrs": ("127.0.1.1",)}, {"addr": "10.0.0.2"}, "c10d", Mark.PASS,
+     USING_B + " (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME set"),
     ({"host_addrs": ("127.0.1.1",)}, {"env": {"GLOO_SOCKET_IFNAME": "eth0"}}, "c10d",
-     Mark.FAIL, "node b: c10d advertises the node as 'b', which resolves to 127.0.1.1 "
-     "(loopback) there, so"),
+     Mark.PASS, USING_B + " (torchrun --local-addr set"),
     ({"host_addrs": ("127.0.1.1",)}, {"env": {"GLOO_SOCKET_IFNAME": "eth0"}}, "static",
      Mark.PASS, "b → 127.0.1.1"),
     ({"host_addrs": ("127.0.1.1",)}, {"addr": "10.0.0.2", "env": {
         "GLOO_SOCKET_IFNAME": "eth0"}}, "c10d", Mark.PASS, "b → 127.0.1.1"),
     # the fqdn is fine, the short name is not: gloo's trap only
-    ({"fqdn": "b.lan", "short_addrs": ("127.0.1.1",)}, {}, "c10d", Mark.FAIL,
-     "node b: gloo binds to the address of 'b', which resolves to 127.0.1.1"),
+    ({"fqdn": "b.lan", "short_addrs": ("127.0.1.1",)}, {}, "c10d", Mark.PASS,
+     USING_B + " (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME set"),
     ({"host_addrs": None, "host_error": "[Errno -2] Name or service not known"}, {}, "c10d",
-     Mark.FAIL, "c10d advertises the node as 'b', which does not resolve there ([Errno -2] "
-     "Name or service not known); gloo binds to the address of 'b', which does not resolve"),
+     Mark.PASS, "node b: using eth0 10.0.0.2 toward the rendezvous; its name b does not "
+     "resolve ([Errno -2] Name or service not known)"),
+    # no routable address known: refused, as before
+    ({"host_addrs": ("127.0.1.1",), **NO_WAY}, {}, "c10d", Mark.FAIL,
+     "node b: c10d advertises the node as 'b', which resolves to 127.0.1.1 (loopback) there; "
+     "gloo binds to the address of 'b', which resolves to 127.0.1.1 (loopback) there; no "
+     "route toward the rendezvous was found there, so no address the other nodes reach is "
+     "known for it. Map the name to the node's network address in /etc/hosts, or set "
+     "`addr:` for this node and GLOO_SOCKET_IFNAME in its `env:`."),
+    ({"host_addrs": ("127.0.1.1",), "route_src": "127.0.0.1", "route_dev": "lo"}, {}, "c10d",
+     Mark.FAIL, "its route toward the rendezvous leaves from 127.0.0.1 (lo), so no address"),
+    ({"host_addrs": ("127.0.1.1",), "interfaces": {"lo": ("127.0.0.1",)}}, {}, "c10d",
+     Mark.FAIL, "its route toward the rendezvous leaves from 10.0.0.2 (eth0), so no address"),
     ({"fqdn": None}, {}, "c10d", Mark.SKIP, "not checked"),
 ])
 def test_hostname_resolving_to_loopback(over: dict[str, Any], node: dict[str, Any],
@@ -201,6 +214,25 @@ def test_hostname_resolving_to_loopback(over: dict[str, Any], node: dict[str, An
                       rendezvous=RendezvousConfig(backend=backend))  # type: ignore[arg-type]
     got = verdict([healthy("a"), healthy("b", **over)], cfg).get("b", "hostname")
     assert got is not None and got.mark == mark and said in (got.problem or got.detail), got
+
+
+def test_the_rendezvous_node_binds_on_the_interface_that_holds_its_address() -> None:
+    """Its route to its own address leaves over lo, with the address of eth0 as source."""
+    v = verdict([healthy("a", host_addrs=("127.0.1.1",)), healthy("b")])
+    got = v.get("a", "hostname")
+    assert got is not None and got.mark == Mark.PASS and got.detail == "eth0 10.0.0.1 (chosen)"
+    [chosen] = v.routes
+    assert (chosen.node, chosen.ifname, chosen.addr, chosen.local_addr) == (
+        "a", "eth0", "10.0.0.1", "10.0.0.1")
+    assert dict(chosen.env) == {"GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "=eth0"}
+    assert v.ok and [r.node for r in v.cautions] == ["a"]
+
+
+def test_the_users_nccl_interface_is_kept() -> None:
+    v = verdict([healthy("a"), healthy("b", host_addrs=("127.0.1.1",),
+                                       login_env={"NCCL_SOCKET_IFNAME": "eth"})])
+    [chosen] = v.routes
+    assert dict(chosen.env) == {"GLOO_SOCKET_IFNAME": "eth0"}
 
 
 def test_loopback_is_no_trap_on_one_machine() -> None:
@@ -280,6 +312,14 @@ def test_port_in_use_names_the_holder_and_the_fix() -> None:
 def test_reaching_the_rendezvous(conn: Connect, said: str) -> None:
     node, check, line = only_failure(verdict([healthy("a"), healthy("b", connect=conn)]))
     assert (node, check) == ("b", "reach") and said in line, line
+
+
+def test_the_store_node_blocked_from_its_own_address_is_told_so() -> None:
+    """A firewall that filters lo too: the advice names the node itself, not the others."""
+    _, _, said = only_failure(verdict([healthy("a", connect=Connect("refused", "10.0.0.1")),
+                                       healthy("b")]))
+    assert said.endswith("Allow TCP 29400 into node a from node a itself (its connections to "
+                         "10.0.0.1 arrive over lo)."), said
 
 
 def test_reach_is_not_judged_without_the_listener() -> None:

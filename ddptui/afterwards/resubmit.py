@@ -17,7 +17,8 @@ from pathlib import Path
 
 from ddptui.config import HostsConfig, NodeConfig
 from ddptui.live.session import Session
-from ddptui.run_state import Attempt, Checkpoint, RunRecord
+from ddptui.run_notes import Attempt, Checkpoint
+from ddptui.run_state import RunRecord
 from ddptui.slurm.allocation import give_back
 from ddptui.slurm.attempts import attempt_id, first_of
 from ddptui.slurm.jobinfo import SlurmError

@@ -35,7 +35,7 @@ from ddptui.launch.plan import expand_home
 from ddptui.outcome import LaunchError
 from ddptui.remote import nodeops
 from ddptui.remote.reach import Failed, connect, map_at_once
-from ddptui.run_state import Note
+from ddptui.run_notes import Note
 from ddptui.store import rundir
 from ddptui.store.record import Recorder
 from ddptui.store.runs import state_root

@@ -141,8 +141,11 @@ def preflight(ctx: LaunchContext, probes: dict[str, nodeops.Probe],
     outcome = node_checks.before_launch(ctx.config, ctx.pool.all(), probes, envs, bare,
                                         gathered)
     verdict = outcome.verdict
+    ctx.routes = {chosen.node: chosen for chosen in verdict.routes}
     ctx.record.update(preflight={"seconds": round(outcome.seconds, 3), "ok": verdict.ok,
                                  "problems": verdict.problems})
+    if ctx.routes:
+        ctx.record.update(routes={c.node: c.as_note() for c in verdict.routes})
     for r in verdict.cautions:  # the run starts, but is told why it may be slow
         ctx.publish(r.node, [ssh_line(r.node, f"preflight: {r.problem}", time.time(),
                                       Level.WARNING)])
@@ -183,7 +186,8 @@ def _upload(ctx: LaunchContext, node_launch: NodeLaunch) -> None:
     name = node_launch.node.name
     ctx.node_update(name, NodeEvent.UPLOAD, "")
     try:
-        if staging.upload(ctx.pool.get(name), node_launch, ctx.config.job):
+        if staging.upload(ctx.pool.get(name), node_launch, ctx.config.job,
+                          ctx.routes.get(name)):
             ctx.new_workdirs.add(name)
     except staging.RunExists:
         ctx.not_ours.add(name)
@@ -231,10 +235,11 @@ def release_all(ctx: LaunchContext, plan: Plan) -> None:
         name = node_launch.node.name
         transport = ctx.pool.get(name)
         ctx.node_update(name, NodeEvent.START, "")
-        if not staging.release(transport, node_launch):
+        route = ctx.routes.get(name)
+        if not staging.release(transport, node_launch, route):
             ctx.record.node(name, pgid=staging.start(transport, node_launch, ctx.run_id,
                                                      restart=True))
-            if not staging.release(transport, node_launch):
+            if not staging.release(transport, node_launch, route):
                 raise LaunchError([f"node {name}: torchrun, started again after its wait for "
                                    "the launch ran out, could not be released"])
         ctx.node_update(name, NodeEvent.RUN, f"pgid {ctx.record.pgid(name)}")

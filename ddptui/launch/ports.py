@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddptui.config import HostsConfig, NodeConfig
+from ddptui.diagnose.preflight.route import RouteChoice
 from ddptui.events import Event
 from ddptui.launch.plan import NodeLaunch, Plan
 from ddptui.remote.reach import connect, failures, map_at_once
@@ -124,6 +125,8 @@ class LaunchContext:
     new_workdirs: set[str] = field(default_factory=set)
     #: Nodes whose node dir a run of the same name had made: an undone launch leaves it.
     not_ours: set[str] = field(default_factory=set)
+    #: The address and interfaces preflight chose for nodes whose own name fails.
+    routes: dict[str, RouteChoice] = field(default_factory=dict)
 
     def started(self) -> bool:
         """Some node's launch.sh runs (or ran) for this launch: it has a pgid."""

@@ -19,7 +19,8 @@ from ddptui.events import Level, LogLine, Source
 from ddptui.launch.plan import NodeLaunch, Plan, expand_home, module_paths, script_in_project
 from ddptui.launch.ports import Abort, LaunchContext, on_every_node
 from ddptui.remote import nodeops
-from ddptui.run_state import NodeEvent, SyncStats
+from ddptui.run_notes import SyncStats
+from ddptui.run_state import NodeEvent
 from ddptui.store import rundir
 from ddptui.sync.push import Plans, sync_node
 from ddptui.sync.walk import ProjectError, Walked, walk

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import time
 from pathlib import Path
 
 from ddptui.config import JobConfig
+from ddptui.diagnose.preflight.route import RouteChoice
 from ddptui.launch.plan import NodeLaunch
 from ddptui.nodeprog import torchrun_tee
 from ddptui.outcome import LaunchError
@@ -54,7 +56,14 @@ class RunExists(LaunchError):
         self.node = node
 
 
-def upload(transport: Transport, node_launch: NodeLaunch, job: JobConfig) -> bool:
+def route_text(chosen: RouteChoice) -> str:
+    """What :func:`ddptui.nodeprog.torchrun_tee.apply_route` reads."""
+    argv = ["--local-addr", chosen.local_addr] if chosen.local_addr else []
+    return json.dumps({"argv": argv, "env": dict(chosen.env)})
+
+
+def upload(transport: Transport, node_launch: NodeLaunch, job: JobConfig,
+           route: RouteChoice | None = None) -> bool:
     """The node dir with everything ``launch.sh`` needs, and an empty ``node.log`` so that a
     follower that reads before torchrun writes finds the file. True when the workdir was made
     by this upload (an undone launch removes it again)."""
@@ -80,6 +89,9 @@ def upload(transport: Transport, node_launch: NodeLaunch, job: JobConfig) -> boo
               (b"", rundir.in_node_dir(ndir, rundir.NODE_LOG), 0o644)]
     if node_launch.held:
         files.append((b"", node_launch.hold_path, 0o644))
+    if route is not None:
+        files.append((route_text(route).encode(), rundir.in_node_dir(ndir, torchrun_tee.ROUTE),
+                      0o644))
     # all at once: each is a round trip of its own (a command through the srun agent, an
     # SFTP exchange), and none needs another
     for failed in failures(map_at_once(files, lambda f: transport.put_bytes(*f))):
@@ -114,8 +126,10 @@ def start(transport: Transport, node_launch: NodeLaunch, run_id: str, *,
             time.sleep(PGID_POLL_S)
 
 
-def release(transport: Transport, node_launch: NodeLaunch) -> bool:
+def release(transport: Transport, node_launch: NodeLaunch,
+            route: RouteChoice | None = None) -> bool:
     """Let an early-started torchrun go on; False when it had stopped holding (its wait ran
     out, see :func:`ddptui.nodeprog.torchrun_tee.hold`) and must be started again."""
-    res = transport.run(nodeops.release_cmd(node_launch.hold_path), timeout=30)
+    said = route_text(route) if route is not None else None
+    res = transport.run(nodeops.release_cmd(node_launch.hold_path, said), timeout=30)
     return res.exit_code == 0

@@ -26,7 +26,7 @@ from typing import Any
 from ddptui.events import LogLine, Source
 from ddptui.nccl import NcclFacts, nccl_warnings
 from ddptui.nodelog import NodeLogParser
-from ddptui.run_state import NcclMeta
+from ddptui.run_notes import NcclMeta
 from ddptui.store import rundir
 
 #: ``run.json`` is rewritten with the facts at most this often while NCCL lines arrive (and

@@ -22,7 +22,7 @@ from ddptui.events import Level
 from ddptui.remote import checkpoint
 from ddptui.remote.checkpoint import Seen, Signalled
 from ddptui.remote.reach import Done, map_at_once
-from ddptui.run_state import Checkpoint, TimeLimitNote
+from ddptui.run_notes import Checkpoint, TimeLimitNote
 from ddptui.slurm.jobinfo import JobInfo, seconds_left, slurm_duration
 from ddptui.transport.base import Transport, TransportError
 

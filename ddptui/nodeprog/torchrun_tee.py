@@ -32,6 +32,7 @@ the synced tree may not exist before then.
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import re
 import runpy
@@ -64,6 +65,13 @@ HOLD_POLL_S = 0.01
 #: How long a hold waits for its release: a dead ddptui's leaves no process for long,
 #: and a slower launch (a big first sync) costs one more start (``sequence.release_all``).
 HOLD_S = 300.0
+
+#: Beside this program, where ddptui writes what it chose for a node whose own name leads
+#: nowhere (``ddptui.diagnose.preflight.route``) before the release, or with the node's other
+#: files: ``{"argv": [torchrun flags], "env": {name: value}}``, applied before torchrun starts.
+ROUTE = "route.json"
+#: The exit code when that file cannot be read: torchrun would bind where no node reaches.
+EXIT_BAD_ROUTE = 95
 
 #: TailLog's default filter (keep every line): a line filter that is this one is skipped.
 _keep_all: Any = None
@@ -224,6 +232,22 @@ def hold(path: str, seconds: float) -> bool:
         time.sleep(HOLD_POLL_S)
 
 
+def apply_route(folder: str) -> None:
+    """Add the flags and the variables ddptui chose (see :data:`ROUTE`), if it chose any."""
+    path = os.path.join(folder, ROUTE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            chosen = json.load(f)
+        argv, env = list(chosen["argv"]), dict(chosen["env"])
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(f"ddptui: torchrun not started: {path} cannot be read ({e})", file=sys.stderr)
+        sys.exit(EXIT_BAD_ROUTE)
+    os.environ.update({str(k): str(v) for k, v in env.items()})
+    sys.argv[1:1] = [str(a) for a in argv]
+
+
 def warm_up() -> None:
     """What ``torch.distributed.run`` imports, imported now (the module itself is dropped
     again so that runpy runs it fresh as ``__main__``, as ``-m`` would)."""
@@ -249,6 +273,7 @@ def main() -> None:
                   f"undone, or took over {seconds:g} s and starts torchrun again)",
                   file=sys.stderr)
             sys.exit(EXIT_NOT_RELEASED)
+    apply_route(os.path.dirname(os.path.abspath(__file__)))
     if cwd:
         try:
             os.chdir(cwd)

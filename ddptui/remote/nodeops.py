@@ -107,10 +107,16 @@ def restart_prep_cmd(node_dir: str) -> str:
     return f"cd {d} && rm -f {rundir.PGID} {torchrun_tee.EXPIRED} && : > {rundir.HOLD}"
 
 
-def release_cmd(hold: str) -> str:
-    """Rename the hold file to ``go`` (atomic: the hold, giving up, renames it too)."""
-    go = posixpath.join(posixpath.dirname(hold), torchrun_tee.GO)
-    return f"mv -- {shlex.quote(hold)} {shlex.quote(go)}"
+def release_cmd(hold: str, route: str | None = None) -> str:
+    """Rename the hold file to ``go`` (atomic: the hold, giving up, renames it too), after
+    writing ``route`` (:data:`ddptui.nodeprog.torchrun_tee.ROUTE`) beside it, if given."""
+    folder = posixpath.dirname(hold)
+    go = posixpath.join(folder, torchrun_tee.GO)
+    move = f"mv -- {shlex.quote(hold)} {shlex.quote(go)}"
+    if route is None:
+        return move
+    path = shlex.quote(posixpath.join(folder, torchrun_tee.ROUTE))
+    return f"printf '%s' {shlex.quote(route)} > {path} && {move}"
 
 
 #: What :func:`launch_marks_cmd` says of a node dir that is not there.

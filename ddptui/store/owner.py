@@ -14,7 +14,7 @@ import socket
 from enum import StrEnum
 from typing import Any
 
-from ddptui.run_state import Controller
+from ddptui.run_notes import Controller
 
 
 class Owner(StrEnum):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ddptui.events import JSON
-from ddptui.run_state import SyncStats
+from ddptui.run_notes import SyncStats
 
 #: Hex characters of the digest that names a synced tree on a node (80 bits).
 DIGEST_CHARS = 20

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ddptui.events import JSON
-from ddptui.run_state import SyncStats
+from ddptui.run_notes import SyncStats
 from ddptui.sync.manifest import (
     Entry,
     Manifest,

@@ -6,17 +6,15 @@ from __future__ import annotations
 import dataclasses
 
 from ddptui.config import NodeConfig
-from ddptui.diagnose.preflight.ifname import GLOO_VAR, NCCL_VAR, ifname_problems
+from ddptui.diagnose.preflight import route as naming
+from ddptui.diagnose.preflight.ifname import GLOO_VAR, ifname_problems
 from ddptui.diagnose.preflight.report import NodeReport
-from ddptui.diagnose.preflight.verdict import Context, Outcome, fail, ok, skip
-
-_LOOPBACK = ("127.", "::1")
+from ddptui.diagnose.preflight.verdict import Context, Outcome, caution, fail, ok, skip
 
 
 def check_hostname(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
-    """Two traps: torchrun's c10d rendezvous advertises a node as ``socket.getfqdn()``
-    (unless ``--local-addr``, our ``addr:``), and gloo binds to what ``gethostname()``
-    resolves to, falling back to loopback when it does not (unless GLOO_SOCKET_IFNAME)."""
+    """A name that leads nowhere (see :mod:`ddptui.diagnose.preflight.route`) passes, said,
+    when the route toward the rendezvous gives an address to use instead."""
     if (err := r.errors.get("names")) is not None:
         return fail("no answer", f"node {n.name}: looking up its own hostname failed ({err})"
                     ": torchrun and gloo do the same at start and would hang or fail there. "
@@ -25,34 +23,27 @@ def check_hostname(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
         return skip("not checked")
     if not c.multi_node:
         return ok(r.fqdn)
-    said: list[str] = []
-    first: str | None = None
-    # (who uses the name, the name, what it resolves to, why it did not)
-    asks: list[tuple[str, str | None, tuple[str, ...] | None, str | None]] = []
-    if c.config.rendezvous.backend == "c10d" and n.addr is None:
-        asks.append(("c10d advertises the node as", r.fqdn, r.host_addrs, r.host_error))
-    if not _effective_env(n, r).get(GLOO_VAR):
-        told = r.short_addrs is not None or r.short_error is not None
-        short, err = (r.short_addrs, r.short_error) if told else (r.host_addrs, r.host_error)
-        asks.append(("gloo binds to the address of", r.hostname, short, err))
-    for who, name, addrs, err in asks:
-        if addrs is None:
-            said.append(f"{who} {name!r}, which does not resolve there ({err})")
-            first = first or "unresolved"
-        elif loop := [a for a in addrs if a.startswith(_LOOPBACK)]:
-            said.append(f"{who} {name!r}, which resolves to {loop[0]} (loopback) there")
-            first = first or f"→ {loop[0]}"
-    if said:
-        return fail(first or "?", f"node {n.name}: {'; '.join(said)}, so the other nodes "
-                    "would connect to themselves or not at all. Map the name to the node's "
-                    "network address in /etc/hosts, or set `addr:` for this node and "
-                    f"{GLOO_VAR} in its `env:`.")
-    return ok(f"{r.fqdn} → {', '.join(r.host_addrs or ())}")
+    troubles = naming.name_troubles(c.config.rendezvous.backend, n, r)
+    if not troubles:
+        return ok(f"{r.fqdn} → {', '.join(r.host_addrs or ())}")
+    if (chosen := chosen_route(c, n, r)) is not None:
+        return caution(f"{chosen.ifname} {chosen.addr} (chosen)", chosen.said())
+    first = troubles[0]
+    way = (f"; its route toward the rendezvous leaves from {r.route_src} ({r.route_dev})"
+           if r.route_src else "; no route toward the rendezvous was found there")
+    return fail(f"→ {first.loopback}" if first.loopback else "unresolved",
+                f"node {n.name}: {'; '.join(t.said() for t in troubles)}{way}, so no address "
+                "the other nodes reach is known for it. Map the name to the node's network "
+                "address in /etc/hosts, or set `addr:` for this node and "
+                f"{GLOO_VAR} in its `env:`.")
 
 
-def _effective_env(n: NodeConfig, r: NodeReport) -> dict[str, str | None]:
-    """What the job will see: the hosts file's env over the node's login environment."""
-    return {k: n.env.get(k, r.login_env.get(k)) for k in (NCCL_VAR, GLOO_VAR)}
+def chosen_route(c: Context, n: NodeConfig, r: NodeReport) -> naming.RouteChoice | None:
+    """The address and interface a node is given instead of its name (None: none needed,
+    or none found): what the hostname check says, and what the launch applies."""
+    if r.errors.get("names") is not None or r.fqdn is None or not c.multi_node:
+        return None
+    return naming.choose(c.config.rendezvous.backend, n, r)
 
 
 def check_network(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
@@ -66,7 +57,7 @@ def check_network(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
                      f"{ep.host} ({r.route_error}). Check the endpoint (`rendezvous.endpoint` "
                      "or node rank 0's `addr:`) resolves and routes from every node.")
     problems = [] if "interfaces" in r.errors else ifname_problems(
-        _effective_env(n, r), r.interfaces, multi_node=c.multi_node)
+        naming.effective_env(n, r), r.interfaces, multi_node=c.multi_node)
     route = f"{r.route_dev or '?'} → {r.route_dest}" if r.route_dest else "?"
     if problems:
         # the endpoint's own node reaches itself over lo, which is no hint for NCCL
@@ -117,20 +108,23 @@ def check_reach(c: Context, n: NodeConfig, r: NodeReport) -> Outcome:
     if host_rep is not None and host_rep.listen is not None and not host_rep.listen.bound:
         return skip("port taken")
     by = f"node {ep.node}" if ep.node else ep.host
+    # the store's own node reaches its address over lo, which a firewall may filter too
+    whom = (f"from node {n.name} itself (its connections to {ep.host} arrive over lo)"
+            if ep.node == n.name else "from the other nodes")
     if conn.result == "ok":
         return ok(f"{conn.ms} ms" if conn.ms is not None else "ok")
     if conn.result == "timeout":
         return fail("dropped", f"node {n.name} cannot reach the rendezvous at {target}: "
                      f"connection attempts time out, so packets are dropped (a firewall on "
-                     f"{by} or on the way). Allow TCP {ep.port} into {by} from the other "
-                     "nodes; torchrun's c10d and NCCL also use random ports, so best allow "
-                     "all TCP between the nodes.")
+                     f"{by} or on the way). Allow TCP {ep.port} into {by} {whom}; torchrun's "
+                     "c10d and NCCL also use random ports, so best allow all TCP between the "
+                     "nodes.")
     if conn.result == "refused":
         if ep.node is None:  # the store's node is unknown here: it is not up yet
             return skip(f"no listener: {ep.host} is none of the nodes")
         return fail("refused", f"node {n.name}: connections to the rendezvous at {target} "
                      f"are refused while ddptui listened there: a firewall on {by} rejects "
-                     f"them. Allow TCP {ep.port} into {by} from the other nodes.")
+                     f"them. Allow TCP {ep.port} into {by} {whom}.")
     if conn.result == "unresolved":
         return fail("unresolved", f"node {n.name}: the rendezvous endpoint {ep.host!r} does "
                      "not resolve there. Use an address, or a name every node resolves.")

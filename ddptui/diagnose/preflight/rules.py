@@ -53,4 +53,7 @@ def judge(config: HostsConfig, reports: Mapping[str, NodeReport],
                 continue
             mark, detail, problem = _RULES[check](ctx, n, r)
             out.append(Result(n.name, check, mark, detail, problem))
-    return Verdict(tuple(out))
+    routes = tuple(chosen for n in config.ordered_nodes
+                   if (rep := reports.get(n.name)) is not None and rep.python is not None
+                   and (chosen := net.chosen_route(ctx, n, rep)) is not None)
+    return Verdict(tuple(out), routes)

@@ -9,6 +9,7 @@ from enum import StrEnum
 
 from ddptui.config import HostsConfig
 from ddptui.diagnose.preflight.report import NodeReport, TorchInfo
+from ddptui.diagnose.preflight.route import RouteChoice
 
 
 class Mark(StrEnum):
@@ -48,6 +49,9 @@ class Result:
 @dataclass(frozen=True)
 class Verdict:
     results: tuple[Result, ...]
+    routes: tuple[RouteChoice, ...] = ()
+    """The address and interface given to each node whose name fails (see
+    :mod:`ddptui.diagnose.preflight.route`): what a launch applies."""
 
     @property
     def ok(self) -> bool:

@@ -74,7 +74,7 @@ def test_two_ranks_aborted_by_gloo_are_one_finding() -> None:
     d = check(diagnose(_ranks({("a", 1): [f"  what():  {ENFORCE}"],
                                ("b", 3): ["x", f"  what():  {ENFORCE}"]}, {})),
               Cause.COLLECTIVE_MISMATCH, "a", 1)
-    assert "aborted it (rank 3 (node b) too);" in d.what
+    assert "aborted it, and rank 3 (node b) too;" in d.what
     assert [s for ss in d.details.values() for s in ss if "consequence" in s] == []
 
 

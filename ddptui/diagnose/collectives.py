@@ -184,12 +184,10 @@ def _nccl_watchdogs(facts: RunFacts, claimed: set[Key]) -> Finding | None:
             continue
         first = min(seen, key=lambda s: (s[1].time, s[0].rank))
         odd = odd_one(groups)
-        by_rank = {rf.rank: (rf, ln) for rf, ln, _ in seen}
         if odd is not None:
             work = next(w for w, rs in groups.items() if rs == [odd])
-            rest = next(rs for w, rs in groups.items() if w != work)
-            other = next(w for w in groups if w != work)
-            rf = by_rank[odd][0]
+            other, rest = next((w, rs) for w, rs in groups.items() if w != work)
+            rf = next(r for r, _, _ in seen if r.rank == odd)
             said = (f"{where(rf.node, odd)} ran {_work_text(work)} while "
                     f"{_ranks_text(rest)} ran {_work_text(other)}")
             who = f"rank {odd}"
@@ -212,7 +210,8 @@ def _nccl_watchdogs(facts: RunFacts, claimed: set[Key]) -> Finding | None:
 def _gloo_size(facts: RunFacts, claimed: set[Key]) -> Finding | None:
     """gloo's check that a message fits what the receiving rank's collective expects. Its line
     names neither the sender nor the tensors: the rank that aborted is the one named, and its
-    sizes are bytes of one message (a piece of each tensor), not the tensors' sizes."""
+    sizes are bytes of one message (a piece of each tensor), not the tensors' sizes. The check
+    fails only when the message is the larger (``sent <= expected`` is what it enforces)."""
     seen = []
     for rf in open_ranks(facts, claimed):
         line = first_said(rf, sig.GLOO_SIZE.search)
@@ -226,15 +225,12 @@ def _gloo_size(facts: RunFacts, claimed: set[Key]) -> Finding | None:
     assert m is not None
     sent, expected = int(m.group(1)), int(m.group(2))
     how = f" ({rf.signal})" if rf.signal is not None else ""
-    also = [where(r.node, r.rank) for _, r in seen[1:]]
-    more = "a larger" if sent > expected else "another size of"
+    also = "".join(f", and {where(r.node, r.rank)} too" for _, r in seen[1:])
     what = (f"collective mismatch between ranks: {where(rf.node, rf.rank)} received "
             f"{sent} bytes from another rank where its own collective expected {expected}, and "
-            f"gloo's size check aborted it{how}"
-            + (f" ({', '.join(also)} too)" if also else "")
-            + f"; another rank had called a different collective, or the same one with {more} "
-            "tensor (gloo counts the bytes of one message, a piece of each tensor, and does not "
-            "name the rank that sent it)")
+            f"gloo's size check aborted it{how}{also}; another rank had called a different "
+            "collective, or the same one with a larger tensor (gloo counts the bytes of one "
+            "message, a piece of each tensor, and does not name the rank that sent it)")
     evidence = [cite(ln) for ln, _ in seen][:3] + exit_evidence(facts, rf)
     return Finding(Cause.COLLECTIVE_MISMATCH, rf.node, rf.rank, line.time, what,
                    _look_for("each rank"), evidence,

@@ -255,3 +255,57 @@ def test_a_rank_that_leaves_early_is_named_as_the_cause(cluster2: Cluster,
     assert consequences and "2" not in consequences, out[-4000:]
     meta = json.loads((tmp_path / "state" / "runs" / run_id_of(out) / "run.json").read_text())
     assert meta["diagnosis"]["cause"] == "early_exit" and meta["diagnosis"]["rank"] == 2
+
+
+MISMATCH = '''
+import json
+from datetime import timedelta
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", timeout=timedelta(seconds=30))
+rank = dist.get_rank()
+for step in range(1, 4):
+    dist.all_reduce(torch.ones(1))
+    print("@ddptui " + json.dumps({"rank": rank, "step": step, "loss": 1.0}), flush=True)
+dist.all_reduce(torch.ones(1000 if rank == 2 else 1))  # rank 2 alone reduces 1,000 elements
+print(f"rank {rank}: past the mismatched all_reduce", flush=True)
+'''
+_ENFORCE = re.compile(r"^  \[(node\d) r(\d)\]   what\(\):  \[enforce fail at \S+/gloo/transport/"
+                      r"tcp/pair\.cc:\d+\] op\.preamble\.length <= op\.nbytes\. (\d+) vs (\d+)\. ",
+                      re.M)
+
+
+def test_a_collective_mismatch_is_named_from_gloos_own_size_check(cluster2: Cluster,
+                                                                   tmp_path: Path) -> None:
+    """Rank 2 of 4 all-reduces 1,000 elements where the others reduce 1, with no
+    TORCH_DISTRIBUTED_DEBUG: gloo's size check aborts the rank that received the larger
+    message, and ddptui names the mismatch with gloo's two sizes and that rank, not a crash
+    by SIGABRT; `ddptui logs RUN` ends in the same words."""
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "mismatch.py").write_text(MISMATCH)
+    path = hosts(cluster2, tmp_path, {"script": "proj/mismatch.py"})
+    assert "TORCH_DISTRIBUTED_DEBUG" not in path.read_text()  # nor in sshd's environment
+    res = ddptui("run", str(path), "--headless", "--no-preflight", state=tmp_path / "state",
+                 timeout=180)
+    out = res.stdout
+    assert res.returncode == 1, out[-4000:] + res.stderr
+    m = _ENFORCE.search(out)  # gloo's own line, under the verdict as its evidence
+    assert m is not None, out[-4000:]
+    node, rank, sent, expected = m.groups()
+    assert rank in ("1", "2") and int(sent) > int(expected), out[-4000:]
+    head = next(ln for ln in out.splitlines() if ln.startswith("ddptui: collective"))
+    assert head.startswith(
+        f"ddptui: collective mismatch between ranks: rank {rank} (node {node}) received "
+        f"{sent} bytes from another rank where its own collective expected {expected}, and "
+        "gloo's size check aborted it (SIGABRT)"), out[-4000:]
+    assert "rank-dependent branch" in head and "differs on one rank" in head
+    assert "was killed by SIGABRT" not in out and "past the mismatched" not in out
+    run_id = run_id_of(out)
+    meta = json.loads((tmp_path / "state" / "runs" / run_id / "run.json").read_text())
+    assert meta["diagnosis"]["cause"] == "collective_mismatch"
+    assert meta["diagnosis"]["rank"] == int(rank) and meta["diagnosis"]["node"] == node
+    report = out[out.index(head):].splitlines()
+    report = report[:next((i for i, ln in enumerate(report) if not ln.startswith(
+        ("ddptui: collective", "  "))), len(report))]
+    logs = ddptui("logs", run_id, state=tmp_path / "state", timeout=60)
+    assert logs.returncode == 0, logs.stderr
+    assert logs.stdout.endswith("\n".join(report) + "\n"), (logs.stdout[-3000:], report)

@@ -106,6 +106,19 @@ COLLECTIVE_MISMATCH = re.compile(
     rf"(?:inconsistent )?collective: {_PRINT}"
 )
 
+# The same WorkNCCL's fields, read to compare ranks at one sequence number: a rank that ran
+# another op, or the same with another element count, is a mismatch (torch >= 2.2 prints
+# NumelIn and NumelOut; older releases only the op).
+NCCL_WORK = re.compile(
+    r"WorkNCCL\(SeqNum=(\d+), OpType=(\w+)(?:, NumelIn=(\d+), NumelOut=(\d+))?"
+    r"(?:, Timeout\(ms\)=(\d+))?"
+)
+# gloo's check of each message it receives against the size its own collective expects:
+# `[enforce fail at .../gloo/transport/tcp/pair.cc:456] op.preamble.length <= op.nbytes.
+# 500 vs 4.` (bytes sent by the peer vs bytes expected; the line number drifts, 446 before);
+# the process then aborts (SIGABRT).
+GLOO_SIZE = re.compile(r"op\.preamble\.length <= op\.nbytes\. (\d+) vs (\d+)")
+
 NCCL_HEARTBEAT = "Heartbeat monitor timed out"
 PEER_LOST = re.compile(
     r"Connection closed by peer|Connection reset by peer|Connection closed by remote peer|"

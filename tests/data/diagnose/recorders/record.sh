@@ -28,3 +28,5 @@ TORCH_DISTRIBUTED_DEBUG=DETAIL tee mismatch-op --nproc-per-node 2 mismatch.py
 TORCH_DISTRIBUTED_DEBUG=DETAIL tee mismatch-shape --nproc-per-node 2 mismatch_shape.py
 tee sigabrt --nproc-per-node 2 sigabrt.py
 rm -rf data; tee missing-data --nproc-per-node 2 missing_data.py
+# 2026-11-27, the same tee, no TORCH_DISTRIBUTED_DEBUG, under /tmp/diagrec-h1:
+tee mismatch-size --nproc-per-node 4 mismatch_size.py

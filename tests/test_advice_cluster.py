@@ -133,6 +133,25 @@ def test_the_routes_address_reaches_a_torchrun_started_after_setup(cluster2: Clu
     assert set(json.loads((run_dir / "run.json").read_text())["routes"]) == {"node1", "node2"}
 
 
+def test_loopback_names_without_preflight_then_with_it(cluster2: Cluster,
+                                                       tmp_path: Path) -> None:
+    """`--no-preflight` asks nothing, so nothing is chosen and gloo meets 127.0.1.1: the
+    diagnosis says so and what to do; doing it (preflight on) runs to the end."""
+    path = hosts(cluster2, tmp_path)
+    with cluster2.own_names_to("127.0.1.1"):
+        res = run(path, tmp_path, "--no-preflight")
+        assert res.returncode != 0, res.stdout[-3000:]
+        out = res.stdout + res.stderr
+        assert "Traceback" not in res.stderr
+        assert re.search(r"rank \d \(node node\d\) could not connect to a peer at 127\.0\.1\.1, a "
+                         r"loopback address: a node advertised its own name", out), out[-3000:]
+        assert "launch with preflight (without `--no-preflight`)" in out, out[-3000:]
+        meta = json.loads((tmp_path / "state" / "runs" / run_id_of(res.stdout) /
+                           "run.json").read_text())
+        assert meta["diagnosis"]["cause"] == "loopback_name", meta["diagnosis"]
+        ended_well(run(path, tmp_path), tmp_path)
+
+
 def test_choosing_otherwise_as_the_caution_says(cluster2: Cluster, tmp_path: Path) -> None:
     """`addr:` and GLOO_SOCKET_IFNAME set by hand, as the caution offers: nothing is chosen
     for the user, and the run (the rendezvous node's included) ends well."""

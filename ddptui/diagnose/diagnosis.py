@@ -26,6 +26,7 @@ class Cause(StrEnum):
     ADDRESS_IN_USE = "address_in_use"
     RENDEZVOUS_TIMEOUT = "rendezvous_timeout"
     RENDEZVOUS_UNREACHABLE = "rendezvous_unreachable"
+    LOOPBACK_NAME = "loopback_name"
     COLLECTIVE_TIMEOUT = "collective_timeout"
     COLLECTIVE_MISMATCH = "collective_mismatch"
     EARLY_EXIT = "early_exit"

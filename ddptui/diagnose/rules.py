@@ -104,6 +104,12 @@ def rendezvous(facts: RunFacts, claimed: set[Key]) -> list[Finding]:
         if reach is not None:
             m = sig.RDZV_UNREACHABLE.search(reach.text)
             assert m is not None
+            if sig.LOOPBACK_ADDRESS.match(m.group(1)):
+                out.append(Finding(
+                    Cause.LOOPBACK_NAME, node.node, None, reach.time,
+                    f"node {node.node} was sent to {m.group(1)}:{m.group(2)} for the run's "
+                    f"store, a loopback address: {LOOPBACK_WHY}", LOOPBACK_FIX, [cite(reach)]))
+                continue
             out.append(Finding(
                 Cause.RENDEZVOUS_UNREACHABLE, node.node, None, reach.time,
                 f"node {node.node} could not reach the rendezvous endpoint "
@@ -128,6 +134,28 @@ def rendezvous(facts: RunFacts, claimed: set[Key]) -> list[Finding]:
         out.append(Finding(Cause.RENDEZVOUS_TIMEOUT, missing[0] if missing else node.node,
                            None, late.time, what, advice, [cite(late)]))
         break
+    return out
+
+
+LOOPBACK_WHY = ("a node advertised its own name, which resolves to loopback there "
+                "(Debian's `127.0.1.1 <hostname>` in /etc/hosts)")
+LOOPBACK_FIX = ("launch with preflight (without `--no-preflight`): it gives a node whose name "
+                "resolves to loopback the address and interface of its route toward the "
+                "rendezvous; or set `addr:` and GLOO_SOCKET_IFNAME in that node's `env:`")
+
+
+def loopback_peer(facts: RunFacts, claimed: set[Key]) -> list[Finding]:
+    """gloo connecting to a peer at a loopback address: the peer's node advertised it."""
+    out = []
+    for rf in open_ranks(facts, claimed):
+        line = first_said(rf, sig.GLOO_LOOPBACK_PEER.search)
+        if line is not None:
+            m = sig.GLOO_LOOPBACK_PEER.search(said(line))
+            assert m is not None
+            out.append(Finding(
+                Cause.LOOPBACK_NAME, rf.node, rf.rank, line.time,
+                f"{where(rf.node, rf.rank)} could not connect to a peer at {m.group(1)}, a "
+                f"loopback address: {LOOPBACK_WHY}", LOOPBACK_FIX, [cite(line)]))
     return out
 
 
@@ -319,6 +347,7 @@ RULES: tuple[Rule, ...] = (
     collectives.mismatch,
     collectives.early_exit,
     stalls.collective_timeout,
+    loopback_peer,
     peer_lost,
     nccl.other_error,
     segfault,

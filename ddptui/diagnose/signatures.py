@@ -86,6 +86,12 @@ RDZV_UNREACHABLE = re.compile(
 )
 RDZV_JOINING = "Rendezvous'ing worker group"
 
+# gloo's connect to a peer whose advertised address is loopback: `Gloo connectFullMesh failed
+# with [.../pair.cc:152] timed out connecting: SO_ERROR: Connection refused,
+# remote=[127.0.1.1]:58247` (a node's own name resolves to loopback there).
+GLOO_LOOPBACK_PEER = re.compile(r"remote=\[(127\.\d+\.\d+\.\d+|::1)\]:\d+")
+LOOPBACK_ADDRESS = re.compile(r"^(?:127\.\d+\.\d+\.\d+|::1|localhost)$")
+
 GLOO_TIMEOUT = re.compile(r"Timed out waiting (\d+)ms for (recv|send) operation")
 NCCL_WATCHDOG = re.compile(
     r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+)"

@@ -160,6 +160,9 @@ def test_rendezvous_clients_joined_public() -> None:
 def test_rendezvous_endpoint_unreachable_public(name: str, endpoint: str) -> None:
     d = check(diagnose(public_events("n2", name)), Cause.RENDEZVOUS_UNREACHABLE, "n2", None)
     assert f"could not reach the rendezvous endpoint {endpoint}" in d.headline
+    # a loopback endpoint: given as one, or a node's own name resolving to loopback there
+    assert ("a loopback address" in d.headline) == endpoint.startswith("127.")
+    assert ("launch with preflight" in d.headline) == endpoint.startswith("127.")
 
 
 def test_address_in_use_recorded() -> None:

@@ -106,9 +106,12 @@ def rendezvous(facts: RunFacts, claimed: set[Key]) -> list[Finding]:
             assert m is not None
             if sig.LOOPBACK_ADDRESS.match(m.group(1)):
                 out.append(Finding(
-                    Cause.LOOPBACK_NAME, node.node, None, reach.time,
-                    f"node {node.node} was sent to {m.group(1)}:{m.group(2)} for the run's "
-                    f"store, a loopback address: {LOOPBACK_WHY}", LOOPBACK_FIX, [cite(reach)]))
+                    Cause.RENDEZVOUS_UNREACHABLE, node.node, None, reach.time,
+                    f"node {node.node} could not reach the rendezvous endpoint {m.group(1)}:"
+                    f"{m.group(2)}, a loopback address, which is each node itself",
+                    "give the nodes an endpoint they all reach (`rendezvous.endpoint`, or node "
+                    "rank 0's `addr:`); where that is so, a node advertised its own name, "
+                    f"which resolves to loopback there: {LOOPBACK_FIX}", [cite(reach)]))
                 continue
             out.append(Finding(
                 Cause.RENDEZVOUS_UNREACHABLE, node.node, None, reach.time,

@@ -245,6 +245,9 @@ def test_bad_user_config_is_exit_2_naming_file_and_line(tmp_path: Path, xdg: Pat
         assert f"{conf}:3: defaults.nproc_per_node" in out, out
     code, out = cli(tmp_path, xdg, "check", "h.yaml")
     assert code == 2 and f"{conf}:3" in out, out
+    code, out = cli(tmp_path, xdg, "init", "a")
+    assert code == 2 and f"{conf}:3" in out and "nothing was written" in out, out
+    assert not (tmp_path / "hosts.yaml").exists()
 
 
 def test_help_names_the_adhoc_flags() -> None:

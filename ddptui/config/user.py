@@ -11,7 +11,7 @@ same, naming this file and line. A hosts file's own ``defaults:`` and ``ssh:`` w
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from ddptui.config.yaml_marks import MISSING
 
 #: The top-level keys of the user-wide file (read by ``parse.parse_user_config``).
 USER_KEYS = ("defaults", "ssh")
+
 
 @dataclass(frozen=True)
 class UserDefaults:
@@ -50,3 +51,23 @@ def merge_defaults(user: Fields, own: Fields) -> Fields:
     if len(envs) == 2:
         merged["env"] = ({**envs[0], **envs[1]}, own["env"][1])
     return merged
+
+
+def supplied(user: UserDefaults, own_defaults: Collection[str] = (),
+             own_ssh: Collection[str] = ()) -> dict[str, object]:
+    """What the user-wide file gives a hosts file that sets ``own_defaults`` (in ``defaults:``
+    or on every node) and ``own_ssh`` itself, by field (``defaults.user``, ``ssh.known_hosts``),
+    for a file to say where its missing values come from.
+
+    The rule is the merge's (``merge_defaults``, and ``ssh:`` per key): the file's own key wins,
+    ``env`` is merged. ``env`` is given by its names only: its values may be secrets.
+    """
+    out: dict[str, object] = {}
+    for key, (value, _line) in sorted(user.defaults.items()):
+        if key == "env":
+            if value:
+                out["defaults.env"] = tuple(sorted(value))
+        elif key not in own_defaults:
+            out[f"defaults.{key}"] = value
+    out |= {f"ssh.{key}": value for key, value in sorted(user.ssh.items()) if key not in own_ssh}
+    return out

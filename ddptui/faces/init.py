@@ -3,7 +3,10 @@
 Nothing is written unless every host answered with a python that imports torch: a file
 that names a python which cannot run the job would only fail later, further from the cause.
 Bad input (an existing file without ``--force``, a missing folder or ssh file, a repeated
-host) is refused before any host is asked.
+host) is refused before any host is asked. The user-wide config lies under the hosts as it
+lies under every hosts file (``config/user.py``): init reaches, asks and checks the hosts
+with its login, key, ssh settings and python, as ``run`` would, and the file names what it
+took from there.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ from typing import TextIO
 import yaml
 
 from ddptui.config import ConfigError, HostsConfig, parse_config
+from ddptui.config.load import load_user_config
+from ddptui.config.user import UserDefaults, supplied
 from ddptui.remote.reach import Failed, answers, connect, failures, map_at_once
-from ddptui.scaffold.hostsfile import HostFacts, render
+from ddptui.scaffold.hostsfile import HostFacts, UserWide, render
 from ddptui.scaffold.probe import Found, parse, probe_cmd
 
 USAGE_EXIT = 2
@@ -43,12 +48,27 @@ def refusal(hosts: list[str], out: Path, force: bool, files: dict[str, Path | No
     return None
 
 
-def asking_config(hosts: list[str], files: dict[str, Path | None], out: Path) -> HostsConfig:
-    """The hosts as a hosts file of their own, parsed as any other: one way to reach a node."""
-    ssh = {k: str(v) for k, v in (("config_file", files["--ssh-config"]),
-                                  ("known_hosts", files["--known-hosts"])) if v is not None}
+def own_ssh(files: dict[str, Path | None]) -> dict[str, str]:
+    """The ``ssh:`` section the flags give the file."""
+    return {k: str(v) for k, v in (("config_file", files["--ssh-config"]),
+                                   ("known_hosts", files["--known-hosts"])) if v is not None}
+
+
+def asking_config(hosts: list[str], files: dict[str, Path | None], out: Path,
+                  user: UserDefaults) -> HostsConfig:
+    """The hosts as a hosts file of their own over the user-wide defaults, parsed as any
+    other: one way to reach a node."""
+    ssh = own_ssh(files)
     text = yaml.safe_dump({"nodes": hosts, **({"ssh": ssh} if ssh else {})})
-    return parse_config(text, out)
+    return parse_config(text, out, user)
+
+
+def python_to_ask(python: str | None, user: UserDefaults) -> tuple[str | None, str]:
+    """``--python``, else the user-wide config's (which ``run`` would use), else None (the
+    usual places); and how messages name it."""
+    if python is None and "python" in user.defaults:
+        return str(user.defaults["python"][0]), f"python of the user-wide config {user.path}"
+    return python, "--python"
 
 
 def run_init(hosts: list[str], out: Path, *, python: str | None, force: bool,
@@ -62,12 +82,14 @@ def run_init(hosts: list[str], out: Path, *, python: str | None, force: bool,
         print(f"ddptui: {why}; nothing was written", file=stderr)
         return USAGE_EXIT
     try:
-        config = asking_config(hosts, files, out)
+        user = load_user_config()
+        config = asking_config(hosts, files, out, user)
     except ConfigError as e:
         print("ddptui: init: " + "; ".join(str(p) for p in e.problems)
               + "; nothing was written", file=stderr)
         return USAGE_EXIT
     nodes = list(config.ordered_nodes)
+    ask_python, label = python_to_ask(python, user)
     opened = map_at_once(nodes, lambda n: connect(n, config))
     transports = [t.value for t in answers(opened)]
     try:
@@ -79,7 +101,7 @@ def run_init(hosts: list[str], out: Path, *, python: str | None, force: bool,
                    for i in range(len(nodes))]
         asked = map_at_once(
             list(zip(transports, towards, strict=True)),
-            lambda tt: parse(tt[0].run(probe_cmd(python, tt[1][1]),
+            lambda tt: parse(tt[0].run(probe_cmd(ask_python, tt[1][1], label),
                                        timeout=PROBE_TIMEOUT).stdout))
     finally:
         for transport in transports:
@@ -96,30 +118,33 @@ def run_init(hosts: list[str], out: Path, *, python: str | None, force: bool,
             for t in f.tried:
                 print(f"  {t}", file=stderr)
         print("ddptui: install torch on " + ("that host" if len(missing) == 1 else "those hosts")
-              + " or name an interpreter that has it with --python; nothing was written",
-              file=stderr)
+              + " or name an interpreter that has it with --python"
+              + (" (it wins over the user-wide config's)" if ask_python != python else "")
+              + "; nothing was written", file=stderr)
         return USAGE_EXIT
     facts = [HostFacts(n.host, f, tw[0])
              for n, f, tw in zip(nodes, found, towards, strict=True)]
     command = shlex.join(["ddptui", "init", *hosts])
+    written = {"nproc_per_node"} | ({"python"} if ask_python == python else set())
     out.write_text(render(facts, command=command,
                           ssh_config=str(ssh_config) if ssh_config else None,
-                          known_hosts=str(known_hosts) if known_hosts else None))
+                          known_hosts=str(known_hosts) if known_hosts else None,
+                          user=UserWide(user.path, supplied(user, written, own_ssh(files)))))
     for h in facts:
         print(f"ddptui: {h.host}: {h.found.python} ({h.found.summary()}), "
               f"nproc_per_node {h.found.nproc}", file=stdout)
     print(f"ddptui: wrote {out}; checking it as `ddptui check {out}` does", file=stdout,
           flush=True)
-    return _check(out, stdout, stderr)
+    return _check(out, user, stdout, stderr)
 
 
-def _check(out: Path, stdout: TextIO, stderr: TextIO) -> int:
+def _check(out: Path, user: UserDefaults, stdout: TextIO, stderr: TextIO) -> int:
     from ddptui.config import load_config
     from ddptui.faces.check import print_check
     from ddptui.launch.precheck import check
 
     try:
-        cfg = load_config(out)
+        cfg = load_config(out, user)
     except ConfigError as e:  # a bug here, not the user's input: say it plainly
         print("ddptui: the file init wrote does not load: "
               + "; ".join(str(p) for p in e.problems), file=stderr)

@@ -7,8 +7,9 @@ this many processes), and they sit beside the values they explain, as in
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import yaml
 
@@ -24,18 +25,44 @@ class HostFacts:
     toward: str | None  # the host the route was asked toward, for the comment
 
 
-def scalar(value: str | int) -> str:
+@dataclass(frozen=True)
+class UserWide:
+    """What the user-wide config gave the hosts (``config.user.supplied``) and its path.
+
+    Named in the file and not copied into it: copied, a value would win over the user-wide
+    one, and a key or login changed there would no longer reach this file.
+    """
+
+    path: Path | None = None
+    values: Mapping[str, object] = field(default_factory=dict)
+
+    def shown(self) -> list[str]:
+        if not self.values:
+            return []
+        lines = ["# From the user-wide config, which lies under every hosts file; not repeated",
+                 f"# here (a value set here would win over it): {self.path}"]
+        for key, value in self.values.items():
+            if isinstance(value, tuple):  # env: its names; the values stay in that file
+                lines.append(f"#   {key}: {', '.join(map(str, value))} (names only)")
+            else:
+                lines.append(f"#   {key}: {scalar(value)}")
+        return lines
+
+
+def scalar(value: object) -> str:
     """A YAML scalar, quoted only where YAML needs it."""
     return yaml.safe_dump(value, default_flow_style=True, allow_unicode=True).split("\n")[0]
 
 
 def render(hosts: Sequence[HostFacts], *, command: str, ssh_config: str | None,
-           known_hosts: str | None) -> str:
+           known_hosts: str | None, user: UserWide | None = None) -> str:
+    user = user or UserWide()
     lines = [
         f"# ddptui hosts file, written by `{command}`.",
         "# Each host was asked which python imports torch and how many GPUs it has; the",
         "# comments say what it answered. `ddptui check THIS_FILE` checks it again, `ddptui",
         "# THIS_FILE` opens the dashboard. Every field is described in docs/hosts-file.md.",
+        *user.shown(),
         "",
         "nodes:",
     ]
@@ -43,7 +70,11 @@ def render(hosts: Sequence[HostFacts], *, command: str, ssh_config: str | None,
         f = h.found
         assert f.python is not None, "only hosts with a python are written"
         lines.append(f"  - host: {scalar(h.host)}")
-        lines.append(f"    python: {scalar(f.python)}   # found: {f.summary()}")
+        if "defaults.python" in user.values:
+            lines.append(f"    # python: {scalar(user.values['defaults.python'])} from the "
+                         f"user-wide config; found: {f.summary()}")
+        else:
+            lines.append(f"    python: {scalar(f.python)}   # found: {f.summary()}")
         why = ("one process per GPU" if f.nproc == f.devices
                else "no usable GPU: one process on the CPU")
         lines.append(f"    nproc_per_node: {f.nproc}   # {why}")

@@ -39,12 +39,13 @@ def shell_word(path: str) -> str:
     return shlex.quote(path)
 
 
-def candidates(python: str | None) -> tuple[tuple[str, str], ...]:
-    """A python given with ``--python`` is the only one tried: a fallback would hide a typo."""
-    return (("--python", shell_word(python)),) if python else COMMON
+def candidates(python: str | None, label: str = "--python") -> tuple[tuple[str, str], ...]:
+    """A python given (with ``--python``, or the user-wide config's, named by ``label``) is
+    the only one tried: a fallback would hide a typo."""
+    return ((label, shell_word(python)),) if python else COMMON
 
 
-def probe_cmd(python: str | None, toward: str | None) -> str:
+def probe_cmd(python: str | None, toward: str | None, label: str = "--python") -> str:
     """The program for one host; ``toward``: the address whose route (interface) is asked."""
     lines = [
         "t() {",
@@ -63,11 +64,11 @@ def probe_cmd(python: str | None, toward: str | None) -> str:
     if toward:
         lines.append(f'printf "%s\\t%s\\n" {MARK}-ROUTE "$(ip route get {shlex.quote(toward)} '
                      '2>&1 | head -n 1)"')
-    for label, word in candidates(python):
+    for named, word in candidates(python, label):
         if "*" in word:
-            lines.append(f"for c in {word}; do t {shlex.quote(label)} \"$c\" && exit 0; done")
+            lines.append(f"for c in {word}; do t {shlex.quote(named)} \"$c\" && exit 0; done")
         else:
-            lines.append(f"t {shlex.quote(label)} {word} && exit 0")
+            lines.append(f"t {shlex.quote(named)} {word} && exit 0")
     lines.append("exit 0")
     return "\n".join(lines)
 

@@ -387,6 +387,8 @@ GROWN_SINCE = {
     "Slurm's time limit seen coming: the ranks signalled at the lead and their checkpoint "
     "named (live/timelimit.py, live/allocation.py, remote/checkpoint.py), a run's next "
     "attempt in a new allocation (afterwards/resubmit.py) (issue 35)": 467,
+    "rich told that the ranks' output is a terminal, so its bars redraw there "
+    "(TTY_COMPATIBLE in launch/plan.py's job_env)": 10,
 }
 
 

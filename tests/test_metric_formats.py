@@ -104,15 +104,37 @@ def test_lightning_tqdm_every_value_drawn_is_a_point_at_its_step(
         assert {m.values[name] for m in got if name in m.values} == seen
 
 
-@pytest.mark.xfail(strict=True, reason="rich into a pipe draws its state once, at the end, its "
-                   "postfix wrapped onto lines of their own that name no epoch and no step; "
-                   "joining them to the bar is the scanner's (ddptui/metrics/scan.py)")
-def test_lightning_rich_into_a_pipe_gives_its_last_losses() -> None:
-    text = raw("h100-lightning-gpu-rich.stdout")
-    printed = {k: float(v) for k, v in re.findall(r"\b(\w+_loss): ([0-9.]+)", text)}
-    assert printed == {"train_loss": 0.0, "val_loss": 0.0}
-    got = node_metrics(("h100-lightning-gpu-rich.stdout", 0))
-    assert [(m.step, m.values) for m in got] == [(60, printed)]
+# -- Lightning's RichProgressBar. Into a pipe, rich draws once, at the end, its postfix wrapped
+# onto lines of their own; told it writes to a terminal (TTY_COMPATIBLE=1, as ddptui's ranks
+# are), it redraws in place at each refresh: a CR, erase codes, the rows, a wrapped postfix
+# below its row.
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+
+def drawn_states(text: str) -> list[tuple[int, dict[str, float]]]:
+    """(epoch x total + n, every *_loss) of each drawing of the Epoch row, read here on its
+    own: control codes out, a drawing is what lies between two CRs (its wrapped postfix on
+    the lines below included), one that repeats the values before it left out."""
+    out: list[tuple[int, dict[str, float]]] = []
+    last: dict[str, float] | None = None
+    for drawn in re.split(r"\r(?!\n)", _CONTROL.sub("", text)):
+        m = re.search(r"Epoch (\d+)/\d+ .*? (\d+)/(\d+) ", drawn)
+        values = {k: float(v) for k, v in re.findall(r"(\w+_loss): ([0-9.]+)", drawn)}
+        if m is None or not values or values == last:
+            continue
+        out.append((int(m[1]) * int(m[3]) + int(m[2]), values))
+        last = values
+    return out
+
+
+def test_lightning_rich_on_a_terminal_every_drawing_is_a_point_at_its_step() -> None:
+    text = raw("lightning-cpu-rich-tty.stdout")
+    drawn = drawn_states(text)
+    assert len(drawn) > 10 and any("val_loss" in v for _, v in drawn)
+    assert "\n" in text.split("train_loss")[0][-80:]  # the postfix is wrapped below its row
+    got = node_metrics(("lightning-cpu-rich-tty.stdout", 0))
+    assert {m.recognizer for m in got} == {"lightning"} and {m.step_kind for m in got} == {"step"}
+    assert [(m.step, m.values) for m in got] == drawn
 
 
 def test_lightning_rich_into_a_pipe_gives_no_wrong_point() -> None:

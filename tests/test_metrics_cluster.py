@@ -5,6 +5,7 @@ step, and ``ddptui logs RUN --metrics --json`` prints them."""
 from __future__ import annotations
 
 import ast
+import csv
 import itertools
 import json
 import re
@@ -77,4 +78,23 @@ def test_lightning_loss_step_for_step(cluster2: Cluster, tmp_path: Path) -> None
     last.pop(0, None)
     got = [(p["step"], p["value"]) for p in points if p["name"] == "train_loss"]
     assert dict(got) == last and len(got) == len(last) > 0
+    assert {(p["rank"], p["recognizer"]) for p in points} == {(0, "lightning")}
+
+
+def test_lightning_rich_bar_loss_step_for_step(cluster2: Cluster, tmp_path: Path) -> None:
+    """RichProgressBar, which draws into a pipe only at the end: ddptui's ranks tell rich it
+    writes to a terminal, so it redraws each refresh, its postfix wrapped at 80 columns."""
+    _, points = run_job(cluster2, tmp_path, "lightning_job.py", JOB_EPOCHS="2", JOB_BAR="rich",
+                        JOB_BATCH="4", JOB_STEP_S="0.05")
+    # What Lightning logged, rank 0's loss at each step (CSVLogger, log_every_n_steps=1): the
+    # bar shows the same value to 3 decimals, at the step after (it counts batches done).
+    rows = list(csv.DictReader(next((tmp_path / "out").glob("**/metrics.csv")).open()))
+    logged = {int(r["step"]) + 1: float(r["train_loss"]) for r in rows if r.get("train_loss")}
+    assert sorted(logged) == list(range(1, 33))  # 256 samples, 4 ranks, batches of 4, 2 epochs
+    got: dict[int, float] = {}
+    for p in points:
+        if p["name"] == "train_loss":  # a step drawn twice: first, maybe, with the loss before
+            got[int(p["step"])] = p["value"]
+    right = [s for s, v in logged.items() if s in got and abs(got[s] - v) <= 0.0005 + 1e-9]
+    assert len(right) >= 0.9 * len(logged), {s: (got.get(s), v) for s, v in logged.items()}
     assert {(p["rank"], p["recognizer"]) for p in points} == {(0, "lightning")}

@@ -214,6 +214,7 @@ def test_env_ddptui_values() -> None:
         "PYTHONUNBUFFERED": "1",
         "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": events.PREFIX_TEMPLATE,
         "LOGLEVEL": "INFO",
+        "TTY_COMPATIBLE": "1",
         "DDPTUI_RUN": f"{RUN}/1",
     }
 
@@ -236,6 +237,15 @@ def test_env_precedence() -> None:
     assert env["DDPTUI_RUN"] == f"{RUN}/0"
 
 
+@pytest.mark.parametrize(("own", "want"), [
+    ({}, "1"), ({"TTY_COMPATIBLE": "0"}, "0"), ({"FORCE_COLOR": "1"}, None)])
+def test_rich_is_told_it_draws_on_a_terminal_unless_the_node_says(
+        own: dict[str, str], want: str | None) -> None:
+    env = plan(config([NodeConfig("a", "a", env=own)])).nodes[0].env
+    assert env.get("TTY_COMPATIBLE") == want
+    assert {k: env[k] for k in own} == own
+
+
 def test_env_is_a_copy() -> None:
     node = NodeConfig("a", "a", env={"A": "1"})
     plan(config([node])).nodes[0].env["A"] = "2"
@@ -255,16 +265,17 @@ def test_script_shape_exactly() -> None:
     assert lines[2] == "# " + shlex.join(["torchrun", *launch.argv[2:]])
     assert lines[3] == f"cd '{rdir}' || exit {EXIT_NO_RUN_DIR}"
     assert lines[4] == "echo $$ > pgid"
-    assert lines[5:11] == [
+    assert lines[5:12] == [
         "export A='it'\"'\"'s'",
         f"export DDPTUI_RUN='{RUN}/0'",
         "export LOGLEVEL='INFO'",
         "export PYTHONUNBUFFERED='1'",
         "export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[ddptui ${rank} ${local_rank}] '",
+        "export TTY_COMPATIBLE='1'",
         "export Z='last'",
     ]
-    assert lines[11] == " ".join(f"'{a}'" for a in launch.argv)
-    assert lines[12:] == [
+    assert lines[12] == " ".join(f"'{a}'" for a in launch.argv)
+    assert lines[13:] == [
         "rc=$?",
         'echo "$rc" > exit_code.tmp && mv exit_code.tmp exit_code',
         'exit "$rc"',

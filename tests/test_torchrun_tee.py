@@ -233,6 +233,19 @@ STREAMS = {
     "nested bar": ("\rEpoch 0: 50%| 1/2\n\rVal: 0%| 0/2\x1b[A\n\rVal: 50%| 1/2\x1b[A\n"
                    "\r           \x1b[A\rEpoch 0: 100%| 2/2\n",
                    "Epoch 0: 50%| 1/2\n\rVal: 0%| 0/2\n\rVal: 50%| 1/2\nEpoch 0: 100%| 2/2\n"),
+    # rich's Live told it draws on a terminal (Lightning's RichProgressBar, as
+    # tests/data/metrics-gpu/lightning-cpu-rich-tty.stdout recorded it): each drawing erases
+    # the one before (CR, erase, then up and erase per line it had), then draws what was
+    # printed meanwhile and its rows, a postfix wrapped below its row; at its end, a newline
+    # and the cursor shown again
+    "rich Live": ("\x1b[?25l\r\x1b[2Kwarn one\nwarn two\n"
+                  "\r\x1b[2KEpoch 0/1 ━ 1/2 v_num: 0\n      train_loss: 1.5"
+                  "\r\x1b[2K\x1b[1A\x1b[2KEpoch 0/1 ━━ 2/2 v_num: 0\n      train_loss: 0.5\n"
+                  "Validation ━ 1/1\r\x1b[2K\x1b[1A\x1b[2K\x1b[1A\x1b[2Kprinted meanwhile\n"
+                  "Epoch 1/1 ━ 1/2 v_num: 0\n      train_loss: 0.25\n\x1b[?25hdone\n",
+                  "warn one\nwarn two\n\rEpoch 0/1 ━ 1/2 v_num: 0 train_loss: 1.5\n"
+                  "\rEpoch 0/1 ━━ 2/2 v_num: 0 train_loss: 0.5\n\rValidation ━ 1/1\n"
+                  "printed meanwhile\nEpoch 1/1 ━ 1/2 v_num: 0 train_loss: 0.25\ndone\n"),
 }
 
 
@@ -277,6 +290,28 @@ def test_what_cut_holds_and_says() -> None:
     assert cut("step 1\r", False) == ("", "step 1\r", False, False)  # a CR LF, maybe
     assert cut("step 1\r\n", False) == ("step 1\n", "", True, False)
     assert cut("\r\r  \r\t\rx\n", False) == ("x\n", "", True, False)  # blank states
+
+
+def test_a_drawing_held_and_at_a_ranks_end() -> None:
+    """What a quiet look shows of a drawing still open (its rows as states; what was printed
+    above them waits), and what a rank that ends in one leaves (all of it, as lines)."""
+    held = "\x1b[2K\x1b[1A\x1b[2Ksaid\nEpoch 0/1 ━ 1/2\n   loss: 1.5"
+    assert cut("\r" + held, False) == ("", held, True, True)
+    assert torchrun_tee.showing(held, True) == "\rEpoch 0/1 ━ 1/2 loss: 1.5\n"
+    assert torchrun_tee.showing(held + "\r\x1b[2K", True) == \
+        "\rEpoch 0/1 ━ 1/2 loss: 1.5\n"  # a CR that may begin the next drawing
+    assert torchrun_tee.ending(held + "\n", True) == "said\nEpoch 0/1 ━ 1/2 loss: 1.5\n"
+    assert torchrun_tee.showing(" 50%|#####", True) == "\r 50%|#####\n"
+    assert torchrun_tee.showing("\x1b[?25l", True) == ""  # nothing to see
+    assert torchrun_tee.ending("last words\r", False) == "last words\n"
+    assert torchrun_tee.ending("", False) == ""
+
+
+def test_a_drawing_of_unknown_height_keeps_the_rows_it_erased() -> None:
+    """A drawing whose next one is no drawing (a CR and a plain state) counts its display
+    as the lines it erased: its own ups."""
+    stream = ("\r\x1b[2K\x1b[1A\x1b[2Kprinted\nEpoch 0/1 1/2\nValidation 1/1\r50%\n")
+    assert cut(stream, False)[0] == "printed\n\rEpoch 0/1 1/2\n\rValidation 1/1\n50%\n"
 
 
 def write_and_wait(path: Path, text: str, dst: Dst, want: str) -> None:
@@ -363,3 +398,25 @@ def test_a_state_longer_than_the_longest_line_is_copied_in_bounded_pieces(
         "x" * 1000 + "done"
     assert lines[0].startswith("[r3]:\rx") and lines[-1] == "[r3]:done"
     assert max(map(len, lines)) <= len("[r3]:\r") + 100 + 64
+
+
+def test_a_drawing_that_stops_moving_is_shown_within_a_look_and_not_again(
+        tmp_path: Path) -> None:
+    """rich's display, quiet between two refreshes: its rows shown once the file is quiet,
+    once; the next drawing's CR ends it, and its rows are not copied again."""
+    path, dst, finished = tmp_path / "stdout.log", Dst(), threading.Event()
+    path.write_text("")
+    t = tail(path, finished, dst)
+    first = "[r3]:\rEpoch 0/1 ━ 1/2 v_num: 0 train_loss: 1.5\n"
+    write_and_wait(path, "\r\x1b[2KEpoch 0/1 ━ 1/2 v_num: 0\n      train_loss: 1.5", dst, first)
+    # More looks at a quiet file, in which the rows must not be shown again: a negative
+    # check; fewer looks on a slow machine can only make it pass more easily.
+    time.sleep(0.1)
+    second = "[r3]:\rEpoch 0/1 ━ 2/2 v_num: 0 train_loss: 0.5\n"
+    write_and_wait(path, "\r\x1b[2K\x1b[1A\x1b[2KEpoch 0/1 ━ 2/2 v_num: 0\n      train_loss: 0.5",
+                   dst, first + second)
+    write_and_wait(path, "\n\x1b[?25h", dst,
+                   first + second + "[r3]:Epoch 0/1 ━ 2/2 v_num: 0 train_loss: 0.5\n")
+    finished.set()
+    t.join(10)
+    assert "\x1b" not in dst.getvalue()

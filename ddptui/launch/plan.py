@@ -238,11 +238,21 @@ def node_env(config: HostsConfig, node: NodeConfig, run_id: str, node_rank: int)
 
 def job_env(config: HostsConfig, node: NodeConfig) -> dict[str, str]:
     """:func:`node_env` without the run's marker: what preflight's node program runs under,
-    so that it imports what the ranks will, yet is never taken for a process of a run."""
+    so that it imports what the ranks will, yet is never taken for a process of a run.
+
+    ``TTY_COMPATIBLE=1``, unless the node's env says how rich should see its output
+    (``TTY_COMPATIBLE`` or ``FORCE_COLOR``): rich (Lightning's RichProgressBar, pip) draws its
+    live display only on a terminal, and a rank's output is a file torchrun tees, where it
+    drew once, at the end (one point of a run's loss). Told so (rich 14 and later), it
+    redraws at each refresh, in place, which the node's tee reads as bar states
+    (``nodeprog/torchrun_tee.py``), and in its colours, which the dashboard leaves out.
+    """
     env = dict(node.env)
     env["PYTHONUNBUFFERED"] = "1"
     env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = events.PREFIX_TEMPLATE
     env.setdefault("LOGLEVEL", "INFO")  # torchrun's agent logs restarts at INFO
+    if not {"TTY_COMPATIBLE", "FORCE_COLOR"} & env.keys():
+        env["TTY_COMPATIBLE"] = "1"
     job = config.job
     for key, value in (
         ("NCCL_DEBUG", job.nccl_debug),

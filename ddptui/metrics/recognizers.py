@@ -83,9 +83,12 @@ def hf_trainer(line: str) -> Reading | None:
 
 # -- PyTorch Lightning's progress bars. tqdm (TQDMProgressBar): "Epoch 0:  50%|###  | 5/10
 # [00:01<00:01, 4.00it/s, v_num=3, train_loss=0.123]"; rich (RichProgressBar): "Epoch 0/1 ━━━
-# 5/10 0:00:01 • 0:00:01 4.00it/s v_num: 3 train_loss: 0.123". The step: epoch x total + n.
+# 5/10 0:00:01 • 0:00:01 4.00it/s v_num: 3 train_loss: 0.123", in its theme's colours, and
+# past the console's width its cells wrapped onto the lines below, which the node's tee joins
+# to the row in order (another column's "0:00:05" may come between two pairs). The step:
+# epoch x total + n.
 _TQDM_RE = re.compile(r"Epoch (\d+):.*?(\d+)/(\d+|\?) \[[^\]]*?, ([^\]]*)\]")
-_RICH_RE = re.compile(r"Epoch (\d+)/?\d*\s.*?(\d+)/(\d+|\?)\s.*?((?:\w+: " + NUM + r"\s*)+)$")
+_RICH_RE = re.compile(r"Epoch (\d+)/?\d*\s.*?(\d+)/(\d+|\?)\s(.*)")
 _EQ_PAIR = re.compile(rf"([\w/.-]+)=({NUM})(?=,|$)")
 _COLON_PAIR = re.compile(rf"([\w/.-]+): ({NUM})(?=\s|$)")
 
@@ -94,7 +97,9 @@ def lightning(line: str) -> Reading | None:
     m = _TQDM_RE.search(line)
     pairs = _EQ_PAIR.findall(m.group(4)) if m is not None else []
     if m is None:
-        m = _RICH_RE.search(line.rstrip())
+        if "\x1b" in line:
+            line = _ANSI_RE.sub("", line)
+        m = _RICH_RE.search(line)
         if m is None:
             return None
         pairs = _COLON_PAIR.findall(m.group(4))

@@ -39,6 +39,8 @@ if __name__ == "__main__":
               default_root_dir="/tmp/lt", log_every_n_steps=5)
     if mode == "gpu":
         t = L.Trainer(accelerator="gpu", devices=1, **kw)
+    elif mode == "cpu1":
+        t = L.Trainer(accelerator="cpu", devices=1, **kw)
     else:
         t = L.Trainer(accelerator="cpu", devices=2, num_nodes=1, strategy="ddp", **kw)
     t.fit(Tiny(), data(120), data(20))

@@ -2,6 +2,7 @@
 user's script prints, unchanged. Under torchrun it runs DDP over gloo."""
 
 import os
+import time
 
 import lightning as L
 import torch
@@ -14,6 +15,8 @@ class Model(L.LightningModule):
         self.layer = torch.nn.Linear(8, 1)
 
     def training_step(self, batch: tuple, _: int) -> torch.Tensor:
+        # A real step takes longer than rich's refresh (100 a second); this one, far less.
+        time.sleep(float(os.environ.get("JOB_STEP_S", "0")))
         x, y = batch
         loss = torch.nn.functional.mse_loss(self.layer(x), y)
         self.log("train_loss", loss, prog_bar=True)
@@ -28,10 +31,9 @@ def main() -> None:
     g = torch.Generator().manual_seed(0)
     x = torch.randn(256, 8, generator=g)
     y = x.sum(dim=1, keepdim=True)
-    data = DataLoader(TensorDataset(x, y), batch_size=16)
+    data = DataLoader(TensorDataset(x, y), batch_size=int(os.environ.get("JOB_BATCH", "16")))
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    # Lightning picks its rich bar when rich is installed; rich draws nothing into a pipe until
-    # the end, so the script asks for the tqdm bar, which redraws each step (JOB_BAR=rich: not).
+    # Lightning picks its rich bar when rich is installed; the tqdm bar unless JOB_BAR=rich.
     bar = L.pytorch.callbacks.RichProgressBar() if os.environ.get("JOB_BAR") == "rich" \
         else L.pytorch.callbacks.TQDMProgressBar()
     trainer = L.Trainer(

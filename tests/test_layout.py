@@ -388,7 +388,8 @@ GROWN_SINCE = {
     "named (live/timelimit.py, live/allocation.py, remote/checkpoint.py), a run's next "
     "attempt in a new allocation (afterwards/resubmit.py) (issue 35)": 467,
     "rich told that the ranks' output is a terminal, so its bars redraw there "
-    "(TTY_COMPATIBLE in launch/plan.py's job_env)": 10,
+    "(TTY_COMPATIBLE in launch/plan.py's job_env), and the tee shipped with the node "
+    "program it imports (nodeprog/bar_states.py, launch/staging.py)": 12,
 }
 
 

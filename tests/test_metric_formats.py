@@ -1,6 +1,6 @@
 """Real output, recorded raw on an H100 and in CPU DDP (tests/data/metrics-gpu/, its README
 says how), taken through what a node does with it: the tee cuts each rank's file into lines
-and bar states (``torchrun_tee.cut``), each behind the rank's prefix (a bar state with a CR
+and bar states (``bar_states.cut``), each behind the rank's prefix (a bar state with a CR
 right after it); the follower parses that ``node.log`` text (``ingest.parse_chunk``) and scans
 it (``Scanner``). What comes out is compared with what the raw file says, parsed here on its
 own (``ast.literal_eval`` of the Trainer's dicts, a regex over tqdm's states), so that every
@@ -22,7 +22,7 @@ from ddptui.events import LogLine, Metric
 from ddptui.ingest import parse_chunk
 from ddptui.metrics.scan import Scanner
 from ddptui.nodelog import NodeLogParser
-from ddptui.nodeprog.torchrun_tee import cut
+from ddptui.nodeprog.bar_states import cut
 
 GPU = Path(__file__).parent / "data" / "metrics-gpu"
 DATA = Path(__file__).parent / "data" / "metrics"

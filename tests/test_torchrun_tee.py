@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ddptui.launch.staging import torchrun_program
-from ddptui.nodeprog import torchrun_tee
+from ddptui.nodeprog import bar_states, torchrun_tee
 
 
 class Dst(io.StringIO):
@@ -212,7 +212,7 @@ def test_a_torch_of_another_shape_says_no_exits(monkeypatch: pytest.MonkeyPatch)
 
 # -- progress bars: a carriage return on its own ends a bar state --------------------------
 
-cut = torchrun_tee.cut
+cut = bar_states.cut
 #: What tqdm, Lightning (tqdm too), HF Trainer (tqdm.write for its log dicts), a print loop
 #: and pip write, with the node.log pieces each must become.
 STREAMS = {
@@ -297,14 +297,14 @@ def test_a_drawing_held_and_at_a_ranks_end() -> None:
     above them waits), and what a rank that ends in one leaves (all of it, as lines)."""
     held = "\x1b[2K\x1b[1A\x1b[2Ksaid\nEpoch 0/1 ━ 1/2\n   loss: 1.5"
     assert cut("\r" + held, False) == ("", held, True, True)
-    assert torchrun_tee.showing(held, True) == "\rEpoch 0/1 ━ 1/2 loss: 1.5\n"
-    assert torchrun_tee.showing(held + "\r\x1b[2K", True) == \
+    assert bar_states.showing(held, True) == "\rEpoch 0/1 ━ 1/2 loss: 1.5\n"
+    assert bar_states.showing(held + "\r\x1b[2K", True) == \
         "\rEpoch 0/1 ━ 1/2 loss: 1.5\n"  # a CR that may begin the next drawing
-    assert torchrun_tee.ending(held + "\n", True) == "said\nEpoch 0/1 ━ 1/2 loss: 1.5\n"
-    assert torchrun_tee.showing(" 50%|#####", True) == "\r 50%|#####\n"
-    assert torchrun_tee.showing("\x1b[?25l", True) == ""  # nothing to see
-    assert torchrun_tee.ending("last words\r", False) == "last words\n"
-    assert torchrun_tee.ending("", False) == ""
+    assert bar_states.ending(held + "\n", True) == "said\nEpoch 0/1 ━ 1/2 loss: 1.5\n"
+    assert bar_states.showing(" 50%|#####", True) == "\r 50%|#####\n"
+    assert bar_states.showing("\x1b[?25l", True) == ""  # nothing to see
+    assert bar_states.ending("last words\r", False) == "last words\n"
+    assert bar_states.ending("", False) == ""
 
 
 def test_a_drawing_of_unknown_height_keeps_the_rows_it_erased() -> None:

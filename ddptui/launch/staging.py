@@ -13,6 +13,7 @@ import json
 import time
 from pathlib import Path
 
+from ddptui import nodeprog
 from ddptui.config import JobConfig
 from ddptui.diagnose.preflight.route import RouteChoice
 from ddptui.launch.plan import NodeLaunch
@@ -41,8 +42,9 @@ def worker_files() -> list[Path]:
 
 @functools.cache
 def torchrun_program() -> bytes:
-    """The text of :mod:`ddptui.nodeprog.torchrun_tee`, which launch.sh runs as torchrun."""
-    return Path(torchrun_tee.__file__).read_bytes()
+    """The text of :mod:`ddptui.nodeprog.torchrun_tee` (the node programs it imports in
+    place), which launch.sh runs as torchrun."""
+    return nodeprog.source(torchrun_tee).encode()
 
 
 class RunExists(LaunchError):

@@ -246,6 +246,10 @@ STREAMS = {
                   "warn one\nwarn two\n\rEpoch 0/1 ━ 1/2 v_num: 0 train_loss: 1.5\n"
                   "\rEpoch 0/1 ━━ 2/2 v_num: 0 train_loss: 0.5\n\rValidation ━ 1/1\n"
                   "printed meanwhile\nEpoch 1/1 ━ 1/2 v_num: 0 train_loss: 0.25\ndone\n"),
+    # a transient display: at its end, after the cursor is shown, it goes up and erases itself
+    "rich transient": ("\x1b[?25l\r\x1b[2Kworking 1/2\r\x1b[2Kworking 2/2\n\x1b[?25h"
+                       "\r\x1b[1A\x1b[2Knext line\n",
+                       "\rworking 1/2\nworking 2/2\nnext line\n"),
 }
 
 

@@ -38,8 +38,13 @@ def cut(data: str, bar: bool) -> tuple[str, str, bool, bool]:
     lines, pos = [], 0
     while True:
         if bar and data.startswith("\x1b", pos):
-            if _partial(data[pos:], (ERASE,)):
-                break  # a drawing's start, maybe: decided by what comes
+            clear = _CLEAR_RE.match(data, pos)
+            if (clear and clear.end() == len(data)) or _partial(
+                    data[clear.end() if clear else pos:], (ERASE, *_UPS)):
+                break  # a drawing's start, or a display cleared, maybe: decided by what comes
+            if clear and not data.startswith(ERASE, pos):
+                pos = clear.end()  # a display cleared (rich's transient one at its end)
+                continue
             if data.startswith(ERASE, pos):
                 closed = _drawing_end(data, pos)
                 if closed is None:
@@ -75,7 +80,11 @@ def cut(data: str, bar: bool) -> tuple[str, str, bool, bool]:
 #: display stops, showing the cursor again after a newline that leaves its last drawing for
 #: good, as lines.
 ERASE = "\x1b[2K"
-_GO_UP = ("\x1b[1A" + ERASE, UP + ERASE)
+_UPS = ("\x1b[1A", UP)
+_GO_UP = tuple(up + ERASE for up in _UPS)
+#: Ups and erases after a CR that draw nothing: a display cleared, the cursor back where it
+#: began (``LiveRender.restore_cursor``).
+_CLEAR_RE = re.compile(r"(?:\x1b\[1?A|\x1b\[2K)+")
 _REDRAW_RE = re.compile(r"\x1b\[2K(?:\x1b\[1?A\x1b\[2K)*")
 SHOW_CURSOR = "\x1b[?25h"
 _CLOSE_RE = re.compile(r"\r(?!\n)|\x1b\[\?25h")

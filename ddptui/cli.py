@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ddptui import __version__
+from ddptui.faces.compare import add_flags as add_align_flags
 
 if TYPE_CHECKING:
     from ddptui.config import HostsConfig
@@ -139,6 +140,7 @@ def _parser() -> argparse.ArgumentParser:
                        default="table", help="with --metrics: one JSON object a line")
     shape.add_argument("--csv", dest="shape", action="store_const", const="csv",
                        help="with --metrics: CSV with a header line")
+    add_align_flags(lg)
     lg.add_argument("--check", action="store_true",
                     help="ask the nodes of runs whose controller is gone what is left of "
                          "them, and record it; with RUN_ID, also record a diagnosis made "
@@ -253,12 +255,19 @@ def _dispatch(args: argparse.Namespace) -> int:
     from ddptui.live.session import Session
     from ddptui.outcome import LaunchError
 
-    if args.command == "logs" and (args.telemetry or args.metrics or args.shape != "table"):
+    shaped = args.command == "logs" and (args.shape != "table" or args.compare is not None
+                                         or args.align != "step")
+    if args.command == "logs" and (args.telemetry or args.metrics or shaped):
         flag = "--telemetry" if args.telemetry else "--metrics"
-        if args.run_id is None or (args.shape != "table" and not args.metrics):
-            print(f"ddptui: logs {flag} needs a run id, and --json/--csv need --metrics; "
-                  "`ddptui logs` lists the runs", file=sys.stderr)
+        if args.run_id is None or (shaped and not args.metrics):
+            print(f"ddptui: logs {flag} needs a run id, and --json/--csv/--align/--compare "
+                  "need --metrics; `ddptui logs` lists the runs", file=sys.stderr)
             return USAGE_EXIT
+    if args.command == "logs" and args.metrics and (args.compare or args.align != "step"):
+        from ddptui.faces.compare import export
+
+        return export(args.state_dir, args.run_id, axis=args.align, other=args.compare,
+                      metric=args.metric, style=args.shape, rank=args.rank, node=args.node)
     if args.command == "logs" and args.metrics:
         from ddptui.faces.logs import show_metrics
 

@@ -192,7 +192,8 @@ def test_torchtitan_colours_grad_norm_and_its_validate_line() -> None:
 def test_megatron_number_formats_and_its_validation_line() -> None:
     got = sample("megatron.txt")
     assert got[1].values == {
-        "elapsed time per iteration (ms)": 790.1, "throughput per GPU (TFLOP/s/GPU)": 412.3,
+        "consumed samples": 1280.0, "elapsed time per iteration (ms)": 790.1,
+        "throughput per GPU (TFLOP/s/GPU)": 412.3,
         "learning rate": 3e-05, "lm loss": 9.123456, "loss scale": 1.0, "grad norm": 4.21}
     assert (got[2].step, got[2].values) == (20, {"lm loss validation": 8.912345,
                                                  "lm loss validation ppl": 7423.048})

@@ -74,7 +74,8 @@ def test_lightning_rich_bar_in_a_pipe_is_one_state_at_the_end() -> None:
     ("torchtitan.txt", "torchtitan",
      (1, "step", {"loss": 12.2534, "memory": 42.1, "tps": 1024.0, "tflops": 59.4, "mfu": 6.01})),
     ("megatron.txt", "megatron",
-     (10, "step", {"elapsed time per iteration (ms)": 812.3, "learning rate": 1.5e-05,
+     (10, "step", {"consumed samples": 640.0, "elapsed time per iteration (ms)": 812.3,
+                   "learning rate": 1.5e-05,
                    "lm loss": 10.45678, "loss scale": 1.0, "grad norm": 12.345})),
     ("fairseq.txt", "fairseq", (100, "step", {
         "loss": 9.876, "nll_loss": 9.5, "ppl": 724.08, "wps": 12345.6, "ups": 2.34,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 
 from ddptui.events import JSON, Metric, MetricRun
@@ -117,25 +117,43 @@ def series_of(found: Iterable[Point], name: str) -> dict[int, tuple[list[float],
     return out
 
 
-def as_text(found: Iterable[Point], style: str) -> Iterator[str]:
+#: A column added after ``step``: its name, and its value of a point's rank, step and time
+#: (None: blank), e.g. the point's x on an axis (``ddptui.metrics.align``).
+Extra = tuple[str, Callable[[int, float | None, float], float | None]]
+
+
+def as_text(found: Iterable[Point], style: str, extra: Extra | None = None) -> Iterator[str]:
     """Lines to print: ``json`` (one object a point), ``csv`` (a header first), or columns."""
+    name, of = extra if extra is not None else ("", None)
     if style == "json":
         for p in found:
-            yield json.dumps(asdict(p))
+            rec: dict[str, JSON] = asdict(p)
+            if of is not None:
+                rec[name] = of(p.rank, p.step, p.time)
+            yield json.dumps(rec)
         return
     if style == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="")
-        w.writerow(COLUMNS)
+        at = COLUMNS.index("step") + 1
+        w.writerow(COLUMNS if of is None else (*COLUMNS[:at], name, *COLUMNS[at:]))
         yield buf.getvalue()
         for p in found:
             buf.seek(0)
             buf.truncate()
-            w.writerow([getattr(p, c) for c in COLUMNS])
+            row: list[object] = [getattr(p, c) for c in COLUMNS]
+            if of is not None:
+                x = of(p.rank, p.step, p.time)
+                row.insert(at, "" if x is None else f"{x:.10g}")
+            w.writerow(row)
             yield buf.getvalue()
         return
-    yield f"{'NODE':<12} {'RANK':>4} {'STEP':>10} {'KIND':<6} {'NAME':<24} {'VALUE':>12}  BY"
+    head = "" if of is None else f" {name.upper():>12}"
+    yield f"{'NODE':<12} {'RANK':>4} {'STEP':>10}{head} {'KIND':<6} {'NAME':<24} {'VALUE':>12}  BY"
     for p in found:
-        step = "-" if p.step is None else f"{p.step:g}"
-        yield (f"{p.node:<12} {p.rank:>4} {step:>10} {p.step_kind:<6} {p.name:<24} "
+        step = f"{'-' if p.step is None else f'{p.step:g}':>10}"
+        if of is not None:
+            x = of(p.rank, p.step, p.time)
+            step += f" {'-' if x is None else f'{x:.6g}':>12}"
+        yield (f"{p.node:<12} {p.rank:>4} {step} {p.step_kind:<6} {p.name:<24} "
                f"{p.value:>12.6g}  {p.recognizer}")

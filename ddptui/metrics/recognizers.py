@@ -162,8 +162,9 @@ def torchtitan(line: str) -> Reading | None:
 # ("lm loss validation", "lm loss validation ppl").
 _MEGA_RE = re.compile(r"\biteration\s+(\d+)/\s*\d+\s*\|(.*)")
 _MEGA_PAIR = re.compile(rf"\s*([^|:]+?):\s*({NUM})\s*(?=\||$)")
-_MEGA_SKIP = ("number of skipped iterations", "number of nan iterations", "consumed samples",
-              "skipped samples", "global batch size")
+# "consumed samples" is kept, a series: the axis by samples reads it (ddptui.metrics.align)
+_MEGA_SKIP = ("number of skipped iterations", "number of nan iterations", "skipped samples",
+              "global batch size")
 _MEGA_VALID = re.compile(r"\bvalidation(-[\w-]+)? loss at iteration (\d+)\b[^|]*\|(.*)")
 _MEGA_VALUE = re.compile(rf"\s*([^|:]+?) (value|PPL): ({NUM})\s*(?=\||$)")
 

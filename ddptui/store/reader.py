@@ -19,7 +19,7 @@ from ddptui.events import NodeStatus, RunStatus
 from ddptui.outcome import run_end
 from ddptui.store import rundir
 from ddptui.store.logfile import LineFile, SeqIndex
-from ddptui.store.runs import RunSummary, list_runs, state_root
+from ddptui.store.runs import RunSummary, list_runs, read_run, state_root
 
 #: Up to this size a metrics file is read whole: a few tens of thousands of records.
 READ_WHOLE = 4 << 20
@@ -137,6 +137,15 @@ def sample_lines(path: Path, read_whole: int = READ_WHOLE, windows: int = WINDOW
             parts = chunk.split(b"\n")[:-1]  # what follows the last newline is torn
             out.extend(p.decode(errors="replace") for p in parts if p)
         return out
+
+
+def run_start(root: Path | None, run_id: str) -> float | None:
+    """When run ``run_id`` started, by its ``run.json``; None when that cannot be read."""
+    try:
+        started = read_run(state_root(root), run_id).get("started_at")
+    except (OSError, ValueError):
+        return None
+    return float(started) if isinstance(started, int | float) else None
 
 
 def metric_records(root: Path | None, run_id: str) -> list[str]:

@@ -244,6 +244,7 @@ class DashboardApp(Lifecycle):
             ("Run and views", run),
             ("Log pane", [b for b in LogView.BINDINGS if isinstance(b, Binding)]),
             ("Run list (a, C)", RUN_LIST_HELP),
+            ("A compared chart", [b for b in DashboardScreen.BINDINGS if isinstance(b, Binding)]),
             ("Dialogs", [Binding("y", "", "Confirm"), Binding("n,escape", "", "Cancel"),
                          Binding("ctrl+p", "", "Command palette: every action by name")]),
         ]

@@ -13,6 +13,7 @@ import time
 
 from textual import work
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.css.query import NoMatches
 from textual.events import Resize
@@ -28,6 +29,7 @@ from ddptui.store.health import shown_health
 from ddptui.store.store import Store
 from ddptui.store.views import NodeView, RunInfo
 from ddptui.tui import sample_cells
+from ddptui.tui.compare import changed, compare_chart
 from ddptui.tui.node_rows import Row, build_rows, columns
 from ddptui.tui.notices import (
     failure_notice,
@@ -35,7 +37,7 @@ from ddptui.tui.notices import (
     node_change_notices,
     stall_notices,
 )
-from ddptui.tui.overlay import Overlay, label_past
+from ddptui.tui.overlay import Overlay
 from ddptui.tui.ports import DashboardOwner
 from ddptui.tui.state import LayoutMode
 from ddptui.tui.views import ViewKind, ViewSpec
@@ -61,7 +63,14 @@ _LAYOUT_ORDER = {
 
 
 class DashboardScreen(Screen[None]):
-    """The run the app follows, on one screen; its keys are the app's bindings."""
+    """The run the app follows, on one screen; its keys are the app's, but a compared chart's."""
+
+    BINDINGS = [
+        Binding("A", "compare_view('align')", "Compare: align by step, samples, tokens, time",
+                show=False),
+        Binding("D", "compare_view('difference')", "Compare: the difference A − B on/off",
+                show=False),
+    ]
 
     layout_mode: reactive[LayoutMode] = reactive(LayoutMode.AUTO, init=False)
     """What the body shows; ``m`` steps through it."""
@@ -222,7 +231,6 @@ class DashboardScreen(Screen[None]):
         run to compare is it built here, by the same builder: the engine's call takes no past
         series yet (the overlay's are cut to a few thousand points a rank)."""
         handle = self.owner.session
-        past = overlay.past(metric) if overlay is not None else []
         if handle is not None and overlay is None:
             try:
                 built = handle.chart(metric, log_y, width, height)
@@ -233,10 +241,9 @@ class DashboardScreen(Screen[None]):
             except EngineError:
                 return
         else:
-            built = store_chart(store, metric, log_y, width, height, past)
+            built = store_chart(store, metric, log_y, width, height) if overlay is None else \
+                compare_chart(store, overlay, metric, log_y, width, height)
         rows, plotted = built
-        if overlay is not None:
-            rows = label_past(rows, overlay, metric)
         if store is self.owner.store:
             with contextlib.suppress(RuntimeError):  # the app closed meanwhile
                 self.app.call_from_thread(self._show_chart, strips(rows), plotted)
@@ -268,6 +275,13 @@ class DashboardScreen(Screen[None]):
     def action_toggle_log_scale(self) -> None:
         self.chart.log_scale = not self.chart.log_scale
         self.redraw_chart()
+
+    def action_compare_view(self, change: str) -> None:
+        overlay, said = changed(self.chart.overlay, change)
+        if overlay is not None:
+            self.chart.overlay = overlay
+            self.redraw_chart()
+        self.app.notify(said, title="Compare", timeout=4)
 
     # -- the table and the header ----------------------------------------------------------
 

@@ -1,0 +1,155 @@
+"""``ddptui logs RUN --metrics --align AXIS [--compare OTHER]``: points on one axis, or two runs.
+
+With ``--align``, every point of the run gets its x on the axis (a column named by it); with
+``--compare``, one row per x of the run's series (its lowest rank's, or ``--rank``'s), the
+other run's value there (interpolated, blank outside its range) and the difference. Both
+come from :mod:`ddptui.metrics.align`, the core the dashboard's compared chart draws from, so
+an export and the chart agree. The flags are declared here, once, for ``cli.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
+
+from ddptui.metrics.align import (
+    AXIS_LABEL,
+    COUNTERS,
+    Axis,
+    Ruler,
+    RunTracks,
+    align,
+    at_each,
+    common,
+    first_curve,
+    ruler,
+    tracks_of,
+)
+from ddptui.metrics.points import as_text, points
+from ddptui.store import rundir
+from ddptui.store.reader import run_start
+from ddptui.store.runs import no_run, state_root
+
+
+class Refused(Exception):
+    """What cannot be exported, in one paragraph (the command exits 2)."""
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """``--align``, ``--compare`` and ``--metric`` on ``ddptui logs``."""
+    parser.add_argument("--align", type=Axis, choices=list(Axis), default=Axis.STEP,
+                        help="with --metrics: the x of each point: step (default), samples "
+                             "(Megatron's consumed samples or a `samples` series), tokens (a "
+                             "`tokens` series), time (seconds since the run's start)")
+    parser.add_argument("--compare", metavar="OTHER_RUN", default=None,
+                        help="with --metrics: one row per x of the run's series with "
+                             "OTHER_RUN's value there (interpolated) and the difference")
+    parser.add_argument("--metric", default="loss",
+                        help="with --compare: the series compared (default: loss)")
+
+
+def _metrics_path(base: Path, run_id: str) -> Path:
+    d = rundir.run_dir(base, run_id)
+    if not (d / rundir.RUN_JSON).exists():
+        raise Refused(no_run(base, run_id))
+    if not (d / rundir.METRICS).exists():
+        raise Refused(f"run {run_id} recorded no metrics (no {rundir.METRICS} in {d}): its "
+                      "ranks printed no line ddptui reads as one")
+    return d / rundir.METRICS
+
+
+def _tracks(base: Path, run_id: str, names: frozenset[str] | None) -> RunTracks:
+    with open(_metrics_path(base, run_id), encoding="utf-8", errors="replace") as f:
+        return tracks_of(run_id, points(f), run_start(base, run_id), names)
+
+
+def export(root: Path | None, run_id: str, *, axis: Axis, other: str | None, metric: str,
+           style: str, rank: int | None, node: str | None, out: TextIO = sys.stdout) -> int:
+    """The command: 0, or 2 once the reason is said on stderr."""
+    base = state_root(root)
+    try:
+        if other is None:
+            lines = aligned_points(base, run_id, axis, style, rank, node)
+        else:
+            lines = comparison(base, run_id, other, axis, metric, style, rank)
+        for line in lines:
+            out.write(line + "\n")
+    except Refused as e:
+        sys.stderr.write(f"ddptui: {e}\n")
+        return 2
+    return 0
+
+
+def aligned_points(base: Path, run_id: str, axis: Axis, style: str, rank: int | None,
+                   node: str | None) -> Iterator[str]:
+    """Every point of the run, as ``--metrics`` prints it, with its x on ``axis``. Two
+    reads of the file: the counters first (a few series), then the points one by one."""
+    by: Ruler | str
+    if axis is Axis.TIME:  # every recorded point has its time: only the start is wanted
+        start = run_start(base, run_id)
+        if start is None:
+            with open(_metrics_path(base, run_id), encoding="utf-8", errors="replace") as f:
+                start = min((p.time for p in points(f)), default=0.0)
+        by = Ruler(axis, start=start)
+    else:
+        by = ruler(_tracks(base, run_id, frozenset(COUNTERS.get(axis, ()))), axis)
+    if isinstance(by, str):
+        raise Refused(f"{by}, so its points cannot be aligned by {axis}; `--align step` or "
+                      "`--align time` always can")
+    label = AXIS_LABEL[axis]
+
+    def x(p_rank: int, step: float | None, time: float) -> float | None:
+        return None if step is None else by.x(p_rank, step, time)
+
+    def lines() -> Iterator[str]:
+        with open(_metrics_path(base, run_id), encoding="utf-8", errors="replace") as f:
+            found = (p for p in points(f) if (rank is None or p.rank == rank)
+                     and (node is None or p.node == node))
+            yield from as_text(found, style, (label, x))
+    return lines()
+
+
+def comparison(base: Path, a_id: str, b_id: str, axis: Axis, metric: str, style: str,
+               rank: int | None) -> Iterator[str]:
+    """Rows of x, A's value, B's there and A − B (B blank outside its range)."""
+    names = frozenset({metric, *COUNTERS.get(axis, ())})
+    a_run, b_run = _tracks(base, a_id, names), _tracks(base, b_id, names)
+    if not (a_run.has(metric) and b_run.has(metric)):
+        lacking = " and ".join(r.run_id for r in (a_run, b_run) if not r.has(metric))
+        raise Refused(f"series {metric!r} is not in both runs: {lacking} printed none. "
+                      f"`ddptui logs RUN --metrics` lists a run's series; --metric names one")
+    by_a, by_b, why = common(a_run, b_run, axis)
+    if why and isinstance(ruler(a_run, axis), str) and isinstance(ruler(b_run, axis), str):
+        raise Refused(f"neither run can be aligned by {axis}: {why.rsplit(':', 1)[0]}")
+    if why:
+        sys.stderr.write(f"ddptui: {why}\n")
+    got_a = first_curve(align(a_run, metric, by_a), rank)
+    got_b = first_curve(align(b_run, metric, by_b), rank)
+    if got_a is None or got_b is None:
+        lacking = a_id if got_a is None else b_id
+        raise Refused(f"run {lacking} has no {metric} of rank {rank} on this axis")
+    rows = at_each(got_a[1], got_b[1])
+    head = (AXIS_LABEL[by_a.axis], f"{a_id} r{got_a[0]}", f"{b_id} r{got_b[0]}", "A - B")
+    return _rows(head, rows, style)
+
+
+def _rows(head: tuple[str, str, str, str], rows: list[tuple[float, float, float | None]],
+          style: str) -> Iterator[str]:
+    cells = [(x, a, b, None if b is None else a - b) for x, a, b in rows]
+    if style == "json":  # keyed as the CSV's header names its columns
+        for row in cells:
+            yield json.dumps(dict(zip(head, row, strict=True)))
+        return
+    if style == "csv":
+        yield ",".join(head)
+        for row in cells:
+            yield ",".join("" if v is None else f"{v:.10g}" for v in row)
+        return
+    yield "".join(f"{h:>20}" for h in head)
+    for row in cells:
+        yield "".join(f"{'-' if v is None else f'{v:.6g}':>20}" for v in row)
+

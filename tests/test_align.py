@@ -190,8 +190,8 @@ def test_runs_of_different_batch_sizes_meet_on_samples() -> None:
 def test_difference_is_b_interpolated_at_as_x_inside_bs_range_only() -> None:
     a = ([0.0, 5.0, 10.0, 15.0, 20.0, 25.0], [10.0, 9.0, 8.0, 7.0, 6.0, 5.0])
     b = ([2.0, 12.0, 22.0], [12.0, 10.0, 8.0])
-    assert difference(a, b) == ([5.0, 10.0, 15.0, 20.0], [9.0 - 11.4, 8.0 - 10.4,
-                                                         7.0 - 9.4, 6.0 - 8.4])
+    # 9.0 - 11.4 is -2.4000000000000004 in floats: a steady difference stays steady
+    assert difference(a, b) == ([5.0, 10.0, 15.0, 20.0], [-2.4] * 4)
     rows = at_each(a, b)
     assert [r[2] for r in rows] == [None, pytest.approx(11.4), pytest.approx(10.4),
                                    pytest.approx(9.4), pytest.approx(8.4), None]

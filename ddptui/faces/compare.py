@@ -68,9 +68,11 @@ def _tracks(base: Path, run_id: str, names: frozenset[str] | None) -> RunTracks:
 
 
 def export(root: Path | None, run_id: str, *, axis: Axis, other: str | None, metric: str,
-           style: str, rank: int | None, node: str | None, out: TextIO = sys.stdout) -> int:
-    """The command: 0, or 2 once the reason is said on stderr."""
+           style: str, rank: int | None, node: str | None, out: TextIO | None = None) -> int:
+    """The command: 0, or 2 once the reason is said on stderr (``out``: stdout as it is
+    when called)."""
     base = state_root(root)
+    out = sys.stdout if out is None else out
     try:
         if other is None:
             lines = aligned_points(base, run_id, axis, style, rank, node)

@@ -194,10 +194,12 @@ def show_telemetry(root: Path | None, run_id: str, *, node: str | None = None,
 
 def show_metrics(root: Path | None, run_id: str, *, style: str = "table",
                  rank: int | None = None, node: str | None = None,
-                 out: TextIO = sys.stdout) -> int:
-    """``ddptui logs RUN_ID --metrics``: every point the run recorded, one a line."""
+                 out: TextIO | None = None) -> int:
+    """``ddptui logs RUN_ID --metrics``: every point the run recorded, one a line (``out``:
+    stdout as it is when called)."""
     from ddptui.metrics.points import as_text, points
 
+    out = sys.stdout if out is None else out
     path = _run_file(root, run_id, rundir.METRICS, "metrics",
                      ": its ranks printed no line ddptui reads as one")
     if path is None:

@@ -51,6 +51,8 @@ COUNTERS: dict[Axis, tuple[str, ...]] = {
 LACKS = {Axis.SAMPLES: "prints no consumed samples (a `consumed samples` or `samples` series)",
          Axis.TOKENS: "prints no tokens (a `tokens` or `num_input_tokens_seen` series)",
          Axis.TIME: "has no recorded time for its points"}
+#: What a run lacks, in a chart's title.
+SHORT = {Axis.SAMPLES: "consumed samples", Axis.TOKENS: "tokens", Axis.TIME: "recorded times"}
 #: The axis as a chart's title and an export's header name it.
 AXIS_LABEL = {Axis.STEP: "step", Axis.SAMPLES: "samples", Axis.TOKENS: "tokens",
               Axis.TIME: "seconds"}
@@ -220,11 +222,18 @@ def at_each(a: Curve, b: Curve) -> list[tuple[float, float, float | None]]:
 
 
 def difference(a: Curve, b: Curve) -> Curve:
-    """The curve A − B at each of A's x inside B's x range."""
+    """The curve A − B at each of A's x inside B's x range, to 12 significant digits: the
+    subtraction's float noise (``-20.000000000000004``) would make a steady difference a
+    chart of noise."""
     xs: list[float] = []
     ds: list[float] = []
     for x, y, other in at_each(a, b):
         if other is not None:
             xs.append(x)
-            ds.append(y - other)
+            ds.append(float(f"{y - other:.12g}"))
     return xs, ds
+
+
+def lacking(runs: Iterable[RunTracks], axis: Axis) -> list[str]:
+    """The ids of ``runs`` that cannot be aligned by ``axis``."""
+    return [r.run_id for r in runs if isinstance(ruler(r, axis), str)]

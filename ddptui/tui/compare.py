@@ -19,6 +19,7 @@ from ddptui.metrics.align import (
     AXIS_LABEL,
     COUNTERS,
     ORDER,
+    SHORT,
     Axis,
     RunTracks,
     Track,
@@ -26,6 +27,7 @@ from ddptui.metrics.align import (
     common,
     difference,
     first_curve,
+    lacking,
 )
 from ddptui.tui.overlay import Overlay, label_past
 
@@ -77,6 +79,8 @@ def compare_chart(store: Store, overlay: Overlay, metric: str, log_y: bool, widt
         return label_past(rows, overlay, metric), plotted
     a_run, b_run = shown_tracks(store, overlay, metric), overlay.tracks
     by_a, by_b, why = common(a_run, b_run, overlay.axis)
+    if why:  # the whole sentence is the export's; a title has room for the gist
+        why = f"no {SHORT[overlay.axis]} in {' or '.join(lacking((a_run, b_run), overlay.axis))}"
     words = f"aligned by {AXIS_LABEL[by_a.axis]}"
     a, b = align(a_run, metric, by_a), align(b_run, metric, by_b)
     if not overlay.difference:

@@ -102,9 +102,14 @@ def test_samples_from_a_samples_series_and_tokens_from_a_tokens_series() -> None
 
 
 def test_hugging_face_tokens_seen_count_as_tokens() -> None:
-    run = run_of("hf", pt(0, 1, "loss", 2.0), pt(0, 1, "num_input_tokens_seen", 512.0))
+    """The Trainer's log dict with ``include_num_input_tokens_seen=True``, as it prints it."""
+    lines = [f"{{'loss': '{3 - i / 2}', 'grad_norm': '1.2', 'learning_rate': '4.9e-05', "
+             f"'num_input_tokens_seen': '{4096 * i}', 'epoch': '{i / 10}'}}" for i in (1, 2)]
+    scanned = Scanner("a").scan([LogLine("a", t, T0, rank=0) for t in lines])
+    run = tracks_of("hf", points(_records(scanned)))
     by = ruler(run, Axis.TOKENS)
-    assert isinstance(by, Ruler) and align(run, "loss", by).curves[0] == ([512.0], [2.0])
+    assert isinstance(by, Ruler)
+    assert align(run, "loss", by).curves[0] == ([4096.0, 8192.0], [2.5, 2.0])
 
 
 def test_a_counter_at_other_steps_is_interpolated_and_never_extrapolated() -> None:

@@ -169,14 +169,15 @@ def test_a_missing_axis_is_said_plainly() -> None:
 def test_both_runs_fall_back_to_step_when_one_lacks_the_axis() -> None:
     a = run_of("run-a", pt(0, 1, "loss", 1.0), pt(0, 1, "consumed samples", 64.0))
     b = run_of("run-b", pt(0, 1, "loss", 2.0))
-    by_a, by_b, why = common(a, b, Axis.SAMPLES)
-    assert by_a.axis is by_b.axis is Axis.STEP
-    assert why == ("run run-b prints no consumed samples (a `consumed samples` or `samples` "
-                   "series): aligned by step")
-    by_a, by_b, why = common(a, a, Axis.SAMPLES)
-    assert by_a.axis is Axis.SAMPLES and why == ""
-    _, _, why = common(b, b, Axis.TOKENS)
-    assert why.count("run run-b prints no tokens") == 2
+    on = common(a, b, Axis.SAMPLES)
+    assert on.a.axis is on.b.axis is Axis.STEP and [i for i, _ in on.missing] == ["run-b"]
+    assert on.why == ("run run-b prints no consumed samples (a `consumed samples` or `samples` "
+                      "series): aligned by step")
+    on = common(a, a, Axis.SAMPLES)
+    assert on.a.axis is on.b.axis is Axis.SAMPLES and on.missing == () and on.why == ""
+    on = common(b, a, Axis.TOKENS)
+    assert [i for i, _ in on.missing] == ["run-b", "run-a"]
+    assert on.why.count("prints no tokens") == 2
 
 
 def test_runs_of_different_batch_sizes_meet_on_samples() -> None:
@@ -185,8 +186,8 @@ def test_runs_of_different_batch_sizes_meet_on_samples() -> None:
         pt(0, s, "loss", 10.0 - s), pt(0, s, "samples", 64.0 * s))))
     b = run_of("b", *(p for s in range(1, 6) for p in (
         pt(0, s, "loss", 10.0 - 2 * s), pt(0, s, "samples", 128.0 * s))))
-    by_a, by_b, _ = common(a, b, Axis.SAMPLES)
-    ca, cb = align(a, "loss", by_a).curves[0], align(b, "loss", by_b).curves[0]
+    on = common(a, b, Axis.SAMPLES)
+    ca, cb = align(a, "loss", on.a).curves[0], align(b, "loss", on.b).curves[0]
     assert ca[0][-1] == cb[0][-1] == 640.0
     # the same loss per sample: A − B is 0 at each of A's x from B's first (128) on
     assert difference(ca, cb) == ([64.0 * k for k in range(2, 11)], [0.0] * 9)

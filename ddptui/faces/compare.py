@@ -14,7 +14,7 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ddptui.metrics.align import (
     AXIS_LABEL,
@@ -29,10 +29,13 @@ from ddptui.metrics.align import (
     ruler,
     tracks_of,
 )
-from ddptui.metrics.points import as_text, points
 from ddptui.store import rundir
-from ddptui.store.reader import run_start
-from ddptui.store.runs import no_run, state_root
+
+if TYPE_CHECKING:
+    from ddptui.metrics.points import Point
+
+# The recognizers and the store's readers are imported where used: the parser imports this
+# module for its flags, on every command.
 
 
 class Refused(Exception):
@@ -53,6 +56,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _metrics_path(base: Path, run_id: str) -> Path:
+    from ddptui.store.runs import no_run
+
     d = rundir.run_dir(base, run_id)
     if not (d / rundir.RUN_JSON).exists():
         raise Refused(no_run(base, run_id))
@@ -62,15 +67,25 @@ def _metrics_path(base: Path, run_id: str) -> Path:
     return d / rundir.METRICS
 
 
-def _tracks(base: Path, run_id: str, names: frozenset[str] | None) -> RunTracks:
+def _points(base: Path, run_id: str) -> Iterator[Point]:
+    from ddptui.metrics.points import points
+
     with open(_metrics_path(base, run_id), encoding="utf-8", errors="replace") as f:
-        return tracks_of(run_id, points(f), run_start(base, run_id), names)
+        yield from points(f)
+
+
+def _tracks(base: Path, run_id: str, names: frozenset[str] | None) -> RunTracks:
+    from ddptui.store.reader import run_start
+
+    return tracks_of(run_id, _points(base, run_id), run_start(base, run_id), names)
 
 
 def export(root: Path | None, run_id: str, *, axis: Axis, other: str | None, metric: str,
            style: str, rank: int | None, node: str | None, out: TextIO | None = None) -> int:
     """The command: 0, or 2 once the reason is said on stderr (``out``: stdout as it is
     when called)."""
+    from ddptui.store.runs import state_root
+
     base = state_root(root)
     out = sys.stdout if out is None else out
     try:
@@ -90,12 +105,14 @@ def aligned_points(base: Path, run_id: str, axis: Axis, style: str, rank: int | 
                    node: str | None) -> Iterator[str]:
     """Every point of the run, as ``--metrics`` prints it, with its x on ``axis``. Two
     reads of the file: the counters first (a few series), then the points one by one."""
+    from ddptui.metrics.points import as_text
+    from ddptui.store.reader import run_start
+
     by: Ruler | str
     if axis is Axis.TIME:  # every recorded point has its time: only the start is wanted
         start = run_start(base, run_id)
         if start is None:
-            with open(_metrics_path(base, run_id), encoding="utf-8", errors="replace") as f:
-                start = min((p.time for p in points(f)), default=0.0)
+            start = min((p.time for p in _points(base, run_id)), default=0.0)
         by = Ruler(axis, start=start)
     else:
         by = ruler(_tracks(base, run_id, frozenset(COUNTERS.get(axis, ()))), axis)
@@ -107,12 +124,9 @@ def aligned_points(base: Path, run_id: str, axis: Axis, style: str, rank: int | 
     def x(p_rank: int, step: float | None, time: float) -> float | None:
         return None if step is None else by.x(p_rank, step, time)
 
-    def lines() -> Iterator[str]:
-        with open(_metrics_path(base, run_id), encoding="utf-8", errors="replace") as f:
-            found = (p for p in points(f) if (rank is None or p.rank == rank)
-                     and (node is None or p.node == node))
-            yield from as_text(found, style, (label, x))
-    return lines()
+    found = (p for p in _points(base, run_id) if (rank is None or p.rank == rank)
+             and (node is None or p.node == node))
+    return as_text(found, style, (label, x))
 
 
 def comparison(base: Path, a_id: str, b_id: str, axis: Axis, metric: str, style: str,
@@ -124,18 +138,19 @@ def comparison(base: Path, a_id: str, b_id: str, axis: Axis, metric: str, style:
         lacking = " and ".join(r.run_id for r in (a_run, b_run) if not r.has(metric))
         raise Refused(f"series {metric!r} is not in both runs: {lacking} printed none. "
                       f"`ddptui logs RUN --metrics` lists a run's series; --metric names one")
-    by_a, by_b, why = common(a_run, b_run, axis)
-    if why and isinstance(ruler(a_run, axis), str) and isinstance(ruler(b_run, axis), str):
-        raise Refused(f"neither run can be aligned by {axis}: {why.rsplit(':', 1)[0]}")
-    if why:
-        sys.stderr.write(f"ddptui: {why}\n")
-    got_a = first_curve(align(a_run, metric, by_a), rank)
-    got_b = first_curve(align(b_run, metric, by_b), rank)
+    on = common(a_run, b_run, axis)
+    if len(on.missing) == 2:
+        raise Refused(f"neither run can be aligned by {axis}: "
+                      + "; ".join(why for _, why in on.missing))
+    if on.why:
+        sys.stderr.write(f"ddptui: {on.why}\n")
+    got_a = first_curve(align(a_run, metric, on.a), rank)
+    got_b = first_curve(align(b_run, metric, on.b), rank)
     if got_a is None or got_b is None:
         lacking = a_id if got_a is None else b_id
         raise Refused(f"run {lacking} has no {metric} of rank {rank} on this axis")
     rows = at_each(got_a[1], got_b[1])
-    head = (AXIS_LABEL[by_a.axis], f"{a_id} r{got_a[0]}", f"{b_id} r{got_b[0]}", "A - B")
+    head = (AXIS_LABEL[on.a.axis], f"{a_id} r{got_a[0]}", f"{b_id} r{got_b[0]}", "A - B")
     return _rows(head, rows, style)
 
 

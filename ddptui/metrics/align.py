@@ -29,8 +29,10 @@ import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
-from ddptui.metrics.points import Point
+if TYPE_CHECKING:  # `ddptui logs`' parser names the axes: it imports no recognizer for that
+    from ddptui.metrics.points import Point
 
 
 class Axis(StrEnum):
@@ -190,15 +192,31 @@ def align(run: RunTracks, name: str, by: Ruler) -> Aligned:
     return Aligned(curves, left_out)
 
 
-def common(a: RunTracks, b: RunTracks, axis: Axis) -> tuple[Ruler, Ruler, str]:
-    """The two runs' rulers on ``axis`` where both have it, else on step, with the reason
-    (``run B prints no consumed samples ...: aligned by step``); an empty reason when the
-    asked axis holds."""
+@dataclass(frozen=True, slots=True)
+class Common:
+    """Two runs' rulers on one axis; ``missing``: the id of each run that lacks the asked
+    axis and why, both runs then being on step."""
+
+    a: Ruler
+    b: Ruler
+    missing: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def why(self) -> str:
+        """``run B prints no consumed samples (...): aligned by step``; empty when the asked
+        axis holds."""
+        said = "; ".join(why for _, why in self.missing)
+        return f"{said}: aligned by step" if said else ""
+
+
+def common(a: RunTracks, b: RunTracks, axis: Axis) -> Common:
+    """The two runs' rulers on ``axis`` where both have it, else on step."""
     got_a, got_b = ruler(a, axis), ruler(b, axis)
     if isinstance(got_a, Ruler) and isinstance(got_b, Ruler):
-        return got_a, got_b, ""
-    why = "; ".join(s for s in (got_a, got_b) if isinstance(s, str))
-    return Ruler(Axis.STEP), Ruler(Axis.STEP), f"{why}: aligned by step"
+        return Common(got_a, got_b)
+    missing = tuple((r.run_id, got) for r, got in ((a, got_a), (b, got_b))
+                    if isinstance(got, str))
+    return Common(Ruler(Axis.STEP), Ruler(Axis.STEP), missing)
 
 
 def first_curve(aligned: Aligned, rank: int | None = None) -> tuple[int, Curve] | None:
@@ -232,8 +250,3 @@ def difference(a: Curve, b: Curve) -> Curve:
             xs.append(x)
             ds.append(float(f"{y - other:.12g}"))
     return xs, ds
-
-
-def lacking(runs: Iterable[RunTracks], axis: Axis) -> list[str]:
-    """The ids of ``runs`` that cannot be aligned by ``axis``."""
-    return [r.run_id for r in runs if isinstance(ruler(r, axis), str)]

@@ -27,7 +27,6 @@ from ddptui.metrics.align import (
     common,
     difference,
     first_curve,
-    lacking,
 )
 from ddptui.tui.overlay import Overlay, label_past
 
@@ -78,11 +77,12 @@ def compare_chart(store: Store, overlay: Overlay, metric: str, log_y: bool, widt
                                    overlay.past(metric))
         return label_past(rows, overlay, metric), plotted
     a_run, b_run = shown_tracks(store, overlay, metric), overlay.tracks
-    by_a, by_b, why = common(a_run, b_run, overlay.axis)
-    if why:  # the whole sentence is the export's; a title has room for the gist
-        why = f"no {SHORT[overlay.axis]} in {' or '.join(lacking((a_run, b_run), overlay.axis))}"
-    words = f"aligned by {AXIS_LABEL[by_a.axis]}"
-    a, b = align(a_run, metric, by_a), align(b_run, metric, by_b)
+    on = common(a_run, b_run, overlay.axis)
+    # the whole sentence is the export's; a title has room for the gist
+    lacking = " or ".join(run_id for run_id, _ in on.missing)
+    why = f"no {SHORT[overlay.axis]} in {lacking}" if lacking else ""
+    words = f"aligned by {AXIS_LABEL[on.a.axis]}"
+    a, b = align(a_run, metric, on.a), align(b_run, metric, on.b)
     if not overlay.difference:
         past = [b.curves[r] for r in sorted(b.curves)]
         rows, plotted = chart_rows(metric, log_y, sorted(a.curves),

@@ -201,6 +201,7 @@ def test_difference_is_b_interpolated_at_as_x_inside_bs_range_only() -> None:
     rows = at_each(a, b)
     assert [r[2] for r in rows] == [None, pytest.approx(11.4), pytest.approx(10.4),
                                    pytest.approx(9.4), pytest.approx(8.4), None]
+    assert [r[3] for r in rows] == [None, -2.4, -2.4, -2.4, -2.4, None]
     assert difference(a, ([100.0, 200.0], [1.0, 1.0])) == ([], [])  # no overlap: nothing
     assert difference(([1.0], [3.0]), ([1.0], [2.0])) == ([1.0], [1.0])  # one shared point
 

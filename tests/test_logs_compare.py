@@ -122,6 +122,22 @@ def test_an_axis_one_run_lacks_aligns_both_by_step_and_says_so(
                    "`samples` series): aligned by step\n")
 
 
+def test_points_outside_the_counters_steps_are_left_out_and_counted(
+        state: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Run E counts its samples from step 3 to 8 only: its loss at steps 1, 2, 9 and 10 has
+    no x by samples."""
+    stored(state, "run-e", [rec(s, s, loss=10.0 - s, **({"samples": 64.0 * s} if 3 <= s <= 8
+                                                        else {})) for s in range(1, 11)])
+    code, out, err = logs(capsys, state, "run-e", "--metrics", "--csv", "--compare", "run-a",
+                          "--align", "samples")
+    assert code == 0 and [r[0] for r in table(out)[1:]] == [str(64 * s) for s in range(3, 9)]
+    assert err == ("ddptui: 4 points of loss in run run-e lie outside the steps where it "
+                   "counted its samples: left out, not extrapolated\n")
+    _, out, _ = logs(capsys, state, "run-e", "--metrics", "--csv", "--align", "samples")
+    assert [r[3] for r in table(out)[1:] if r[5] == "loss"] == (
+        ["", ""] + [str(64 * s) for s in range(3, 9)] + ["", ""])
+
+
 def test_refusals_are_one_paragraph_and_exit_2(state: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     def refused(*args: str) -> str:

@@ -20,6 +20,7 @@ from ddptui.metrics.align import (
     AXIS_LABEL,
     COUNTERS,
     Axis,
+    Row,
     Ruler,
     RunTracks,
     align,
@@ -144,19 +145,22 @@ def comparison(base: Path, a_id: str, b_id: str, axis: Axis, metric: str, style:
                       + "; ".join(why for _, why in on.missing))
     if on.why:
         sys.stderr.write(f"ddptui: {on.why}\n")
-    got_a = first_curve(align(a_run, metric, on.a), rank)
-    got_b = first_curve(align(b_run, metric, on.b), rank)
+    aligned = [align(run, metric, by) for run, by in ((a_run, on.a), (b_run, on.b))]
+    for run, got in zip((a_run, b_run), aligned, strict=True):
+        if got.left_out:
+            sys.stderr.write(f"ddptui: {got.left_out} points of {metric} in run {run.run_id} "
+                             f"lie outside the steps where it counted its "
+                             f"{AXIS_LABEL[on.a.axis]}: left out, not extrapolated\n")
+    got_a, got_b = first_curve(aligned[0], rank), first_curve(aligned[1], rank)
     if got_a is None or got_b is None:
-        lacking = a_id if got_a is None else b_id
-        raise Refused(f"run {lacking} has no {metric} of rank {rank} on this axis")
-    rows = at_each(got_a[1], got_b[1])
+        of_rank = f" of rank {rank}" if rank is not None else ""
+        raise Refused(f"run {a_id if got_a is None else b_id} has no {metric}{of_rank} on "
+                      f"this axis")
     head = (AXIS_LABEL[on.a.axis], f"{a_id} r{got_a[0]}", f"{b_id} r{got_b[0]}", "A - B")
-    return _rows(head, rows, style)
+    return _rows(head, at_each(got_a[1], got_b[1]), style)
 
 
-def _rows(head: tuple[str, str, str, str], rows: list[tuple[float, float, float | None]],
-          style: str) -> Iterator[str]:
-    cells = [(x, a, b, None if b is None else a - b) for x, a, b in rows]
+def _rows(head: tuple[str, str, str, str], cells: list[Row], style: str) -> Iterator[str]:
     if style == "json":  # keyed as the CSV's header names its columns
         for row in cells:
             yield json.dumps(dict(zip(head, row, strict=True)))

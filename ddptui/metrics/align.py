@@ -231,22 +231,24 @@ def first_curve(aligned: Aligned, rank: int | None = None) -> tuple[int, Curve] 
     return low, aligned.curves[low]
 
 
-def at_each(a: Curve, b: Curve) -> list[tuple[float, float, float | None]]:
-    """For each point of ``a`` (sorted by x, one per x): its x, its value and ``b``'s value
-    there, interpolated, None outside ``b``'s x range."""
+Row = tuple[float, float, float | None, float | None]
+
+
+def at_each(a: Curve, b: Curve) -> list[Row]:
+    """For each point of ``a`` (sorted by x, one per x): its x, its value, ``b``'s value
+    there, interpolated, and A − B; None outside ``b``'s x range. A − B is kept to 12
+    significant digits: the subtraction's float noise (``-20.000000000000004``) would make a
+    steady difference a chart of noise."""
     bx, by = ascending(*b)
     ax, ay = ascending(*a)
-    return [(x, y, interpolate(bx, by, x)) for x, y in zip(ax, ay, strict=True)]
+    rows: list[Row] = []
+    for x, y in zip(ax, ay, strict=True):
+        other = interpolate(bx, by, x)
+        rows.append((x, y, other, None if other is None else float(f"{y - other:.12g}")))
+    return rows
 
 
 def difference(a: Curve, b: Curve) -> Curve:
-    """The curve A − B at each of A's x inside B's x range, to 12 significant digits: the
-    subtraction's float noise (``-20.000000000000004``) would make a steady difference a
-    chart of noise."""
-    xs: list[float] = []
-    ds: list[float] = []
-    for x, y, other in at_each(a, b):
-        if other is not None:
-            xs.append(x)
-            ds.append(float(f"{y - other:.12g}"))
-    return xs, ds
+    """The curve A − B at each of A's x inside B's x range."""
+    inside = [(x, d) for x, _, _, d in at_each(a, b) if d is not None]
+    return [x for x, _ in inside], [d for _, d in inside]

@@ -12,7 +12,7 @@ chart worker and :func:`changed` on the keys.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from ddptui.chart.rows import DIM, STEP_WORDS, Run, chart_rows
 from ddptui.metrics.align import (
@@ -103,7 +103,11 @@ def compare_chart(store: Store, overlay: Overlay, metric: str, log_y: bool, widt
     return retitle(rows, names, why), plotted
 
 
-def changed(overlay: Overlay | None, change: str) -> tuple[Overlay | None, str]:
+#: What a key of the compared chart changes: its axis (``A``), the difference shown (``D``).
+Change = Literal["align", "difference"]
+
+
+def changed(overlay: Overlay | None, change: Change) -> tuple[Overlay | None, str]:
     """The overlay after key ``change`` (``align``: the next axis; ``difference``: A − B on
     or off), and what a toast says of it."""
     if overlay is None:

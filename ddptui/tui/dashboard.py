@@ -29,7 +29,7 @@ from ddptui.store.health import shown_health
 from ddptui.store.store import Store
 from ddptui.store.views import NodeView, RunInfo
 from ddptui.tui import sample_cells
-from ddptui.tui.compare import changed, compare_chart
+from ddptui.tui.compare import Change, changed, compare_chart
 from ddptui.tui.node_rows import Row, build_rows, columns
 from ddptui.tui.notices import (
     failure_notice,
@@ -66,10 +66,8 @@ class DashboardScreen(Screen[None]):
     """The run the app follows, on one screen; its keys are the app's, but a compared chart's."""
 
     BINDINGS = [
-        Binding("A", "compare_view('align')", "Compare: align by step, samples, tokens, time",
-                show=False),
-        Binding("D", "compare_view('difference')", "Compare: the difference A − B on/off",
-                show=False),
+        Binding("A", "compare_view('align')", "Align by step/samples/tokens/time", show=False),
+        Binding("D", "compare_view('difference')", "The difference A − B on/off", show=False),
     ]
 
     layout_mode: reactive[LayoutMode] = reactive(LayoutMode.AUTO, init=False)
@@ -276,7 +274,7 @@ class DashboardScreen(Screen[None]):
         self.chart.log_scale = not self.chart.log_scale
         self.redraw_chart()
 
-    def action_compare_view(self, change: str) -> None:
+    def action_compare_view(self, change: Change) -> None:
         overlay, said = changed(self.chart.overlay, change)
         if overlay is not None:
             self.chart.overlay = overlay

@@ -263,16 +263,11 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(f"ddptui: logs {flag} needs a run id, and --json/--csv/--align/--compare "
                   "need --metrics; `ddptui logs` lists the runs", file=sys.stderr)
             return USAGE_EXIT
-    if args.command == "logs" and args.metrics and (args.compare or args.align != "step"):
+    if args.command == "logs" and args.metrics:
         from ddptui.faces.compare import export
 
         return export(args.state_dir, args.run_id, axis=args.align, other=args.compare,
                       metric=args.metric, style=args.shape, rank=args.rank, node=args.node)
-    if args.command == "logs" and args.metrics:
-        from ddptui.faces.logs import show_metrics
-
-        return show_metrics(args.state_dir, args.run_id, style=args.shape, rank=args.rank,
-                            node=args.node)
     if args.command == "logs" and args.telemetry:
         from ddptui.faces.logs import show_telemetry
 

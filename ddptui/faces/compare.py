@@ -1,10 +1,11 @@
-"""``ddptui logs RUN --metrics --align AXIS [--compare OTHER]``: points on one axis, or two runs.
+"""``ddptui logs RUN --metrics [--align AXIS] [--compare OTHER]``: points on one axis, or two runs.
 
-With ``--align``, every point of the run gets its x on the axis (a column named by it); with
-``--compare``, one row per x of the run's series (its lowest rank's, or ``--rank``'s), the
-other run's value there (interpolated, blank outside its range) and the difference. Both
-come from :mod:`ddptui.metrics.align`, the core the dashboard's compared chart draws from, so
-an export and the chart agree. The flags are declared here, once, for ``cli.py``.
+By step and alone, the points are printed as ever (``faces/logs.py``). With ``--align``,
+every point of the run gets its x on the axis (a column named by it); with ``--compare``, one
+row per x of the run's series (its lowest rank's, or ``--rank``'s), the other run's value
+there (interpolated, blank outside its range) and the difference. Both come from
+:mod:`ddptui.metrics.align`, the core the dashboard's compared chart draws from, so an export
+and the chart agree. The flags are declared here, once, for ``cli.py``.
 """
 
 from __future__ import annotations
@@ -84,8 +85,13 @@ def _tracks(base: Path, run_id: str, names: frozenset[str] | None) -> RunTracks:
 def export(root: Path | None, run_id: str, *, axis: Axis, other: str | None, metric: str,
            style: str, rank: int | None, node: str | None, out: TextIO | None = None) -> int:
     """The command: 0, or 2 once the reason is said on stderr (``out``: stdout as it is
-    when called)."""
+    when called). By step and alone, every point as ``--metrics`` always printed it."""
     from ddptui.store.runs import state_root
+
+    if other is None and axis is Axis.STEP:
+        from ddptui.faces.logs import show_metrics
+
+        return show_metrics(root, run_id, style=style, rank=rank, node=node, out=out)
 
     base = state_root(root)
     out = sys.stdout if out is None else out

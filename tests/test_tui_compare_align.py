@@ -124,7 +124,7 @@ async def _keys(tmp_path: Path) -> None:
         await pilot.press("A")
         await settle(pilot, app)
         assert chart.text.splitlines()[0].startswith("loss aligned by samples r0 vs old-run")
-        assert "Aligned by samples where both runs print it" in toasts(app)
+        assert "Aligned by samples where both runs print them" in toasts(app)
         await pilot.press("A", "A")  # tokens (neither prints them: by step), then time
         await settle(pilot, app)
         first = chart.text.splitlines()[0]

@@ -114,8 +114,10 @@ def changed(overlay: Overlay | None, change: Change) -> tuple[Overlay | None, st
         return None, "No run is compared: C picks one, then A aligns and D shows A − B."
     if change == "align":
         axis = ORDER[(ORDER.index(overlay.axis) + 1) % len(ORDER)]
-        return replace(overlay, axis=axis), (
-            f"Aligned by {AXIS_LABEL[axis]} where both runs print it, else by step.")
+        said = {Axis.STEP: "Aligned by step.",
+                Axis.TIME: "Aligned by seconds since each run's start."}.get(
+            axis, f"Aligned by {AXIS_LABEL[axis]} where both runs print them, else by step.")
+        return replace(overlay, axis=axis), said
     on = not overlay.difference
     return replace(overlay, difference=on), (
         f"The chart shows A − B (this run − {overlay.run_id}), B interpolated at A's x."

@@ -165,6 +165,16 @@ def test_rendezvous_endpoint_unreachable_public(name: str, endpoint: str) -> Non
     assert ("launch with preflight" in d.headline) == endpoint.startswith("127.")
 
 
+def test_a_peer_at_a_loopback_address_is_a_name_resolving_to_loopback() -> None:
+    evs = [*node_log("node1", "gloo-loopback-name-node1.log"),
+           *node_log("node2", "gloo-loopback-name-node2.log")]
+    d = diagnose(evs)
+    assert d is not None and d.cause is Cause.LOOPBACK_NAME, d
+    assert "could not connect to a peer at 127.0.1.1, a loopback address: a node advertised " \
+           "its own name" in d.headline and "launch with preflight" in d.headline
+    assert any("remote=[127.0.1.1]" in e for e in d.evidence)
+
+
 def test_address_in_use_recorded() -> None:
     d = check(diagnose(node_log("a", "gloo-addr-in-use.log")), Cause.ADDRESS_IN_USE, "a", None)
     assert d.what.startswith("port 29612 on node a is already in use")

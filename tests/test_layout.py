@@ -26,7 +26,7 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 #: reading and judging of what comes back (docs/architecture.md, "Pure core").
 CORE = ("ddptui.config", "ddptui.events", "ddptui.nodelog", "ddptui.ingest", "ddptui.bars",
         "ddptui.run_state", "ddptui.metrics", "ddptui.nccl", "ddptui.telemetry",
-        "ddptui.chart", "ddptui.launch.plan", "ddptui.store.rundir")
+        "ddptui.chart", "ddptui.insight", "ddptui.launch.plan", "ddptui.store.rundir")
 NOT_IN_CORE = ("paramiko", "subprocess", "textual")
 #: What the dashboard reaches only through the engine's client and plain view types: the
 #: run's machinery and the ways to a node.

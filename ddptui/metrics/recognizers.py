@@ -163,8 +163,12 @@ def torchtitan(line: str) -> Reading | None:
 _MEGA_RE = re.compile(r"\biteration\s+(\d+)/\s*\d+\s*\|(.*)")
 _MEGA_PAIR = re.compile(rf"\s*([^|:]+?):\s*({NUM})\s*(?=\||$)")
 # "consumed samples" is kept, a series: the axis by samples reads it (ddptui.metrics.align)
-_MEGA_SKIP = ("number of skipped iterations", "number of nan iterations", "skipped samples",
-              "global batch size")
+_MEGA_SKIP = ("number of skipped iterations", "skipped samples", "global batch size")
+_MEGA_NAN = "number of nan iterations"
+#: The series of Megatron's ``number of nan iterations``, a point only where it is above 0:
+#: the chart marks those steps as NaN (``ddptui.chart.marks``), as the loss printed there
+#: leaves those iterations out.
+NAN_COUNT = "nan iterations"
 _MEGA_VALID = re.compile(r"\bvalidation(-[\w-]+)? loss at iteration (\d+)\b[^|]*\|(.*)")
 _MEGA_VALUE = re.compile(rf"\s*([^|:]+?) (value|PPL): ({NUM})\s*(?=\||$)")
 
@@ -172,7 +176,11 @@ _MEGA_VALUE = re.compile(rf"\s*([^|:]+?) (value|PPL): ({NUM})\s*(?=\||$)")
 def megatron(line: str) -> Reading | None:
     m = _MEGA_RE.search(line)
     if m is not None:
-        return _step(int(m[1]), "step", _pairs(_MEGA_PAIR.findall(m[2]), _MEGA_SKIP))
+        values = _pairs(_MEGA_PAIR.findall(m[2]), _MEGA_SKIP)
+        nans = values.pop(_MEGA_NAN, 0.0)
+        if nans > 0:
+            values[NAN_COUNT] = nans
+        return _step(int(m[1]), "step", values)
     m = _MEGA_VALID.search(line)
     if m is None:
         return None

@@ -410,7 +410,9 @@ async def test_straggler_and_stall_marks() -> None:
     store.apply([NodeState("local-b", NodeStatus.RUNNING, T0)])
     from ddptui.events import Metric
 
-    store.apply([Metric("local-b", 3, "metric", 41, {"step_time_s": 0.5}, T0 + 9)])
+    store.apply([Metric(f"local-{'ab'[r // 2]}", r, "metric", 1000 + step,  # rank 3 slow
+                        {"compute_ms": 30.0 if r == 3 else 10.0}, T0 + 9)
+                 for step in range(30) for r in range(4)])
     app = make_app(store, clock=lambda: T0 + 10)
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(pilot, app)

@@ -104,9 +104,9 @@ def test_sparkline() -> None:
 
 def test_health_straggler_and_stall() -> None:
     ranks = [RankView(r, "a", step_time_s=0.1, last_step_time=100.0) for r in range(3)]
-    ranks.append(RankView(3, "a", step_time_s=0.2, last_step_time=100.0))
+    ranks.append(RankView(3, "a", step_time_s=0.1, last_step_time=100.0, straggler=True))
     ranks.append(RankView(4, "a", step_time_s=0.1, last_step_time=10.0))
-    ranks.append(RankView(5, "b", step_time_s=0.9, last_step_time=0.0))  # node b is done
+    ranks.append(RankView(5, "b", last_step_time=0.0, straggler=True))  # node b is done
     h = assess(ranks, 101.0, live_nodes={"a"},
                config=HealthConfig(stall_after=60, straggler_fraction=0.25))
     assert h[3].straggler and not h[0].straggler

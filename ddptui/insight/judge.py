@@ -80,6 +80,16 @@ class _Pending(Generic[V]):
             yield step, self.steps.pop(step)
 
 
+@dataclass(frozen=True, slots=True)
+class Told:
+    """What the judge told so far, a copy for a face: the findings in the order found, the
+    end-of-run summary, and the ranks that straggle now (the nodes table's marks)."""
+
+    findings: tuple[Finding, ...] = ()
+    summary: tuple[str, ...] = ()
+    stragglers: frozenset[int] = frozenset()
+
+
 @dataclass
 class Judge:
     """The run's points, fed in the order they came; :meth:`judge` settles what it can."""
@@ -206,6 +216,9 @@ class Judge:
         for e in (Evidence.ARRIVAL, Evidence.COMPUTE):
             out.update(self._stragglers[e].standing())
         return out
+
+    def told(self) -> Told:
+        return Told(tuple(self.findings), tuple(self.summary()), frozenset(self.stragglers()))
 
     def summary(self) -> list[str]:
         """Every finding, with how often a NaN or a spike came again, and what could not be

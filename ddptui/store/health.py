@@ -1,4 +1,5 @@
-"""Whether each rank is making progress: stragglers and stalls, judged from the store's views.
+"""Whether each rank is making progress: stalls judged from the store's views, stragglers as
+the run's one judge of them named them (:mod:`ddptui.insight.straggler`, in ``RankView``).
 
 Pure: the clock is passed in and the thresholds are the hosts file's ``health:`` section, so
 every rule is tested without a run. Stalls are judged once, where the run is
@@ -17,7 +18,6 @@ stops.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -66,8 +66,6 @@ def assess(
     """Health of every rank; only ranks on live (running) nodes can stall or straggle."""
     ranks = list(ranks)
     live = [r for r in ranks if r.node in live_nodes]
-    times = [r.step_time_s for r in live if r.step_time_s is not None and r.step_time_s > 0]
-    median = statistics.median(times) if len(times) >= 2 else None
     idle: dict[int, float | None] = {}
     for r in ranks:
         last = last_heard(r)
@@ -83,11 +81,7 @@ def assess(
         if r.node not in live_nodes:
             out[r.rank] = RankHealth(idle_s=idle[r.rank])
             continue
-        straggler = (
-            median is not None
-            and r.step_time_s is not None
-            and r.step_time_s > median * (1 + config.straggler_fraction)
-        )
+        straggler = r.straggler
         alone = going and (not steppers or r.last_step is not None)
         stalled = r.rank in quiet and (whole or alone)
         out[r.rank] = RankHealth(straggler, stalled, idle[r.rank], stalled and whole)

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 
 from ddptui.events import Metric, MetricRun
 from ddptui.metrics.bulk import made
+from ddptui.store.insights import InsightBook
 from ddptui.store.views import Series
 
 #: Values a record carries that are no series.
@@ -37,9 +38,11 @@ class SeriesBook:
         self.source: dict[str, tuple[str, str]] = {}  # name: (recognizer, step kind)
         self.points = 0  # values taken so far: the chart redraws only when this moved
         self._waiting: dict[int, deque[MetricRun | Metric]] = {}  # per rank, not made yet
+        self.insight = InsightBook()  # the judge of what the curves tell, fed the same points
 
     def add(self, ev: Metric) -> None:
         """One point per value of ``ev`` (a step's later value replaces its earlier one)."""
+        self.insight.add(ev)
         for name in ev.values:
             if name not in NOT_SERIES:
                 self.source[name] = (ev.recognizer, ev.step_kind)
@@ -55,6 +58,7 @@ class SeriesBook:
 
     def add_run(self, run: MetricRun) -> None:
         """A run's points, to be made when its rank's series are read."""
+        self.insight.add(run)
         named = [n for n in run.names if n not in NOT_SERIES]
         for name in named:
             if (run.rank, name) not in self.series:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Unpack
 
 from ddptui.events import Event, Failure, LineRun, LogLine, Metric, MetricRun, NodeState, Stall
+from ddptui.insight.judge import Told
 from ddptui.store.changes import Applied, Change, NodeAdded, RunSet
 from ddptui.store.mirror import Mirror, recover_to_checkpoint
 from ddptui.store.ring import Batch, LineRing, SkipMarks
@@ -84,10 +85,8 @@ class Store:
 
     def apply(self, events: Sequence[Event], raw_done: dict[str, int] | None = None, *,
               mirror: bool = True) -> None:
-        """Apply a batch; ``raw_done`` says how far into each node's raw log it reaches.
-
-        ``mirror=False`` is for replaying what the disk mirror already holds.
-        """
+        """Apply a batch; ``raw_done``: how far into each node's raw log it reaches;
+        ``mirror=False``: a replay of what the disk mirror already holds."""
         with self._write_lock:
             with self._lock:
                 if mirror and self._mirror is not None:  # numbers go on from the disk's
@@ -293,8 +292,7 @@ class Store:
         if ev.step is None:
             return False
         if ev.kind == "metric":
-            rv.last_step = ev.step
-            rv.last_step_time = ev.time
+            rv.last_step, rv.last_step_time = ev.step, ev.time
             rv.step_time_s = ev.values.get("step_time_s", rv.step_time_s)
             rv.samples_per_s = ev.values.get("samples_per_s", rv.samples_per_s)
             rv.loss = ev.values.get("loss", rv.loss)
@@ -361,7 +359,13 @@ class Store:
 
     def rank_views(self) -> list[RankView]:
         with self._lock:
-            return [RankView(**vars(r)) for _, r in sorted(self.ranks.items())]
+            late = self._book.insight.told().stragglers
+            return [replace(r, straggler=k in late) for k, r in sorted(self.ranks.items())]
+
+    def insight(self, final: bool = False) -> Told:
+        """What the curves told so far (:mod:`ddptui.insight`); ``final`` at the run's end."""
+        with self._lock:
+            return self._book.insight.told(final)
 
     def failure_list(self) -> list[Failure]:
         with self._lock:

@@ -40,6 +40,7 @@ class RankView:
     samples_per_s: float | None = None
     loss: float | None = None
     attempt: int = 0
+    straggler: bool = False  # the run's judge names it (ddptui.insight.straggler)
 
 
 @dataclass

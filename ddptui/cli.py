@@ -312,7 +312,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             code = e.exit_code if isinstance(e, NothingLeft) else None  # the run's own
             return USAGE_EXIT if code is None else code
         print(f"ddptui: attached to run {session.run_id}", flush=True)
-        session.add_listener(Printer())
+        session.add_listener(Printer(store=session.store))
         return run_headless(session)
 
     if cfg is None:  # only `run` comes here, its hosts resolved above
@@ -323,7 +323,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(f"ddptui: the run was not started: {e}", file=sys.stderr)
         return USAGE_EXIT
     session.preflight = not args.no_preflight
-    session.add_listener(Printer(metrics=not args.no_metrics))
+    session.add_listener(Printer(metrics=not args.no_metrics, store=session.store))
     print(f"ddptui: run {session.run_id}: {len(session.config.nodes)} node(s), logs in "
           f"{session.local_dir}", flush=True)
     try:

@@ -16,6 +16,7 @@ from ddptui.faces.headless import (
     format_line,
     run_headless,
 )
+from ddptui.insight.judge import Told
 from ddptui.live.follow import Batch
 from ddptui.nccl import NcclFacts
 from ddptui.outcome import RunResult
@@ -105,7 +106,9 @@ def test_torchs_boilerplate_is_never_a_failure_head() -> None:
 def fake_ctl(result: RunResult, status: str) -> SimpleNamespace:
     info = SimpleNamespace(status=status)
     return SimpleNamespace(run_id="r7", wait=lambda _t: result,
-                           store=SimpleNamespace(run_info=lambda: info), reaper=None,
+                           store=SimpleNamespace(run_info=lambda: info,
+                                                 insight=lambda final=False: Told()),
+                           reaper=None,
                            nccl_facts=NcclFacts)
 
 

@@ -48,7 +48,7 @@ def run_attempts(session: Session, allocate: Allocate, *, metrics: bool,
                   f"{a['job'] if a else '?'}, resuming from {step}; logs in "
                   f"{session.local_dir}\n")
         out.flush()
-        session.add_listener(Printer(metrics=metrics))
+        session.add_listener(Printer(metrics=metrics, store=session.store))
         try:
             session.launch()
         except LaunchError as e:

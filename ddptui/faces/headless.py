@@ -26,6 +26,7 @@ from ddptui.events import (
     Stall,
     format_metric,
 )
+from ddptui.insight.judge import Told
 from ddptui.live.follow import Batch
 from ddptui.live.session import Session
 from ddptui.metrics.bulk import made
@@ -54,9 +55,15 @@ def format_state(ev: NodeState) -> str:
 
 
 class Printer:
-    def __init__(self, out: TextIO = sys.stdout, *, metrics: bool = True) -> None:
+    """Every line as it comes; with the run's ``store``, what its curves tell (the store's one
+    judge, :mod:`ddptui.insight`), each finding once, when found."""
+
+    def __init__(self, out: TextIO = sys.stdout, *, metrics: bool = True,
+                 store: Store | None = None) -> None:
         self.out = out
         self.metrics = metrics
+        self.store = store
+        self.told = 0  # findings said so far
 
     def __call__(self, batch: Batch) -> None:
         parts: list[str] = []
@@ -80,6 +87,10 @@ class Printer:
                 stalls.append(ev)
         parts.extend(f"[{s.node} ddptui] {'⚠ ' if s.stalled or s.after_error else ''}{text}"
                      for s, text in stall_texts(stalls))
+        if self.store is not None and any(type(ev) in (Metric, MetricRun) for ev in batch.events):
+            found = self.store.insight().findings
+            parts.extend(f"[{f.node} ddptui] ⚠ {f.text}" for f in found[self.told:])
+            self.told = len(found)
         if parts:
             self.out.write("\n".join(parts) + "\n")
             self.out.flush()
@@ -173,6 +184,7 @@ def run_headless(session: Session, out: TextIO = sys.stdout) -> int:
     if result.exit_code != 0 and not result.stopped:
         out.write(failure_report(session.store, result, run_id=session.run_id) + "\n")
     out.write(nccl_report(session))
+    out.write(insight_report(session.store.insight(final=True)))
     code = result.exit_code
     if result.problem:  # ddptui's own trouble here: say it last, where a person looks
         out.write(f"ddptui: this run's record here is incomplete: {result.problem}\n")
@@ -181,6 +193,14 @@ def run_headless(session: Session, out: TextIO = sys.stdout) -> int:
     out.flush()
     await_reaper(session, out)
     return code
+
+
+def insight_report(told: Told) -> str:
+    """What the curves told over the whole run, after it: every finding and what could not
+    be judged (``ddptui logs RUN`` says the same of a past run)."""
+    if not told.summary:
+        return ""
+    return "".join(f"ddptui: {line}\n" for line in ("what the curves tell:", *told.summary))
 
 
 #: At most this many NCCL warnings in the summary; ``ddptui nccl`` has them all.

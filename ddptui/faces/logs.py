@@ -136,8 +136,35 @@ def _one_run(base: Path, run_id: str, *, rank: int | None, node: str | None, che
                     if isinstance(line, LogLine):
                         out.write(format_line(line) + "\n")
     if node is None:  # the whole run's view ends as the headless face's summary begins
+        out.write(curves_report(d))
         show_diagnosis(d, meta, record=check, out=out)
     return 0
+
+
+def curves_report(run_dir: Path) -> str:
+    """What the run's curves tell, judged again from its ``metrics.jsonl`` by the judge the
+    live run had (:mod:`ddptui.insight`), in the headless face's words."""
+    from ddptui.faces.headless import insight_report
+    from ddptui.insight.judge import Judge
+    from ddptui.metrics.points import Point, points
+
+    judge = Judge()
+    record: dict[str, float] = {}
+    last: Point | None = None
+    try:
+        with open(run_dir / rundir.METRICS, encoding="utf-8") as f:
+            for p in points(f):  # a record's values together, as the live judge had them
+                if last is not None and (p.rank, p.step, p.time) != (last.rank, last.step,
+                                                                     last.time):
+                    judge.add(last.rank, last.node, last.step, record, last.time)
+                    record = {}
+                record[p.name], last = p.value, p
+    except OSError:
+        return ""
+    if last is not None:
+        judge.add(last.rank, last.node, last.step, record, last.time)
+    judge.judge(final=True)
+    return insight_report(judge.told())
 
 
 def check_one(base: Path, run_id: str, meta: dict[str, JSON], out: TextIO) -> dict[str, JSON]:

@@ -221,10 +221,10 @@ class Judge:
         return Told(tuple(self.findings), tuple(self.summary()), frozenset(self.stragglers()))
 
     def summary(self) -> list[str]:
-        """Every finding, with how often a NaN or a spike came again, and what could not be
-        judged: the end of a run's report."""
+        """Every finding in step order, with how often a NaN or a spike came again, and what
+        could not be judged: the end of a run's report."""
         out = []
-        for f in self.findings:
+        for f in sorted(self.findings, key=lambda f: f.step):  # alike live and afterwards
             text = f.text
             more = (self._nans if f.kind is Kind.NAN else self._spikes
                     if f.kind is Kind.SPIKE else {}).get((f.rank, f.name), 1)

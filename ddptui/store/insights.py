@@ -25,8 +25,7 @@ class InsightBook:
         feed = self.judge.add
         for item in self._waiting:
             for ev in [item] if isinstance(item, Metric) else made(item):
-                if ev.kind == "metric":
-                    feed(ev.rank, ev.node, ev.step, ev.values, ev.time)
+                feed(ev.rank, ev.node, ev.step, ev.values, ev.time)
         self._waiting.clear()
         self.judge.judge(final)
         return self.judge.told()

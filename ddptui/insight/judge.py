@@ -198,11 +198,7 @@ class Judge:
         for s in found:
             node = self.nodes.get(s.rank, "?")
             if s.chronic:
-                text = (f"rank {s.rank} (node {node}) is a straggler: the others waited for "
-                        f"it at {s.behind} of {s.judged} steps, {s.gap_s:.3g} s of each "
-                        f"{s.period_s:.3g} s step, judged by {s.evidence.words}; `ddptui "
-                        "stacks` shows where it spends its time")
-                kind = Kind.STRAGGLER
+                text, kind = _chronic_text(s, node), Kind.STRAGGLER
             else:
                 text = (f"rank {s.rank} (node {node}) fell behind once, at step {s.step:g}: "
                         f"{s.gap_s:.3g} s after the others, in steps of {s.period_s:.3g} s "
@@ -230,6 +226,9 @@ class Judge:
                     if f.kind is Kind.SPIKE else {}).get((f.rank, f.name), 1)
             if f.kind is Kind.NAN and more > 1:
                 text += f" (and at {more - 1} later step(s))"
+            for watch in self._stragglers.values():  # its figures over the whole run
+                if f.kind is Kind.STRAGGLER and (s := watch.chronic.get(f.rank)) is not None:
+                    text = _chronic_text(watch.now(s), f.node)
             out.append(text)
         for (rank, name), n in self._spikes.items():
             if n > SPIKES_SAID:
@@ -241,3 +240,10 @@ class Judge:
                        "no straggler can be named from them (print each rank's loss, or its "
                        "compute and wait times, to have one named)")
         return out
+
+
+def _chronic_text(s: Straggle, node: str) -> str:
+    return (f"rank {s.rank} (node {node}) is a straggler: the others waited for it at "
+            f"{s.behind} of {s.judged} steps, {s.gap_s:.3g} s of each {s.period_s:.3g} s "
+            f"step, judged by {s.evidence.words}; its Python stack (`ddptui stacks RUN_ID`) "
+            "shows where it spends its time")

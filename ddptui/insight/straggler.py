@@ -117,6 +117,12 @@ class StragglerWatch:
                     out.append(self.chronic[r])
         return out
 
+    def now(self, s: Straggle) -> Straggle:
+        """A chronic straggler's figures over every step judged so far."""
+        gaps = self.gaps.get(s.rank)
+        return Straggle(s.rank, s.evidence, True, self.behind.get(s.rank, 0), self.judged,
+                        statistics.median(gaps) if gaps else s.gap_s, s.period_s, s.step)
+
     def standing(self) -> dict[int, Straggle]:
         """The chronic stragglers as they stand now: behind at most steps still."""
         return {r: s for r, s in self.chronic.items()

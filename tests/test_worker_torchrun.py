@@ -109,6 +109,29 @@ def test_training_loss_falls_and_every_rank_reports(tmp_path: Path) -> None:
     assert (tmp_path / "ckpt").is_dir()
 
 
+def test_each_rank_prints_its_compute_and_wait_and_the_straggler_is_named(tmp_path: Path
+                                                                          ) -> None:
+    """Rank 1 sleeps 60 ms more each step: it computes longest and waits least, and the judge
+    names it from those fields alone (every rank prints its line after the collective)."""
+    from ddptui.insight.judge import Judge, Kind
+
+    r = torchrun(tmp_path, *TINY, "--steps", "40", "--log-every", "1", "--eval-every", "100",
+                 "--slow-rank", "1", "--slow-ms", "60")
+    assert r.code == 0, r.text[-3000:]
+    by_step: dict[int | float | None, dict[int, dict[str, float]]] = {}
+    judge = Judge()
+    for m in r.metrics("metric"):
+        by_step.setdefault(m.step, {})[m.rank] = m.values
+        judge.add(m.rank, "local", m.step, m.values, m.time)
+    slow = [s for s, v in by_step.items() if v[1]["compute_ms"] > v[0]["compute_ms"] + 30
+            and v[1]["wait_ms"] < v[0]["wait_ms"]]
+    assert len(slow) >= 36, by_step  # of 40
+    judge.judge(final=True)
+    found = [(f.kind, f.rank) for f in judge.findings if f.kind is Kind.STRAGGLER]
+    assert found == [(Kind.STRAGGLER, 1)], judge.summary()
+    assert "compute_ms" in judge.summary()[0]
+
+
 def test_restart_resumes_from_the_last_snapshot(tmp_path: Path) -> None:
     r = torchrun(tmp_path, *TINY, "--steps", "40", "--log-every", "1", "--eval-every", "100",
                  "--snapshot-every", "10", "--crash-rank", "1", "--crash-step", "27",

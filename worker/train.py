@@ -41,11 +41,15 @@ def train_step(
     model: nn.Module, opt: torch.optim.Optimizer, sched: torch.optim.lr_scheduler.LRScheduler,
     x: torch.Tensor, y: torch.Tensor, grad_clip: float,
     amp: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext,
+    fence: Callable[[], None] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One optimizer step; returns tensors (no .item()) so a GPU never waits on the host."""
+    """One optimizer step; returns tensors (no .item()) so a GPU never waits on the host.
+    ``fence``, between the forward and the backward, is where the step's timing is taken."""
     opt.zero_grad(set_to_none=True)
     with amp():
         loss = lm_loss(model(x), y)
+    if fence is not None:
+        fence()
     torch.autograd.backward(loss)  # loss.backward(), which torch leaves untyped
     norm = nn.utils.clip_grad_norm_(model.parameters(), grad_clip) if grad_clip > 0 else None
     opt.step()
@@ -87,6 +91,41 @@ def evaluate(model: nn.Module, shards: Shards, n_batches: int, world_size: int,
     return float(mean)
 
 
+class StepTiming:
+    """Each rank's own share of a logged step: ``compute_ms``, its work from the step's start
+    to the forward's end, and ``wait_ms``, the time it then waits in a one-element all_reduce
+    for the others (DDP's own all-reduces run inside the backward, mixed with its compute).
+    The rank the others wait for waits least: ddptui names it (``docs/metrics.md``). The
+    fence costs one tiny collective (and on a GPU two synchronizations) per logged step."""
+
+    def __init__(self, on: bool, device: torch.device) -> None:
+        self.on = on
+        self._buf = torch.zeros(1, device=device)
+        self._gpu = device.type == "cuda"
+        self._t0 = 0.0
+        self._took: dict[str, float] = {}
+
+    def start(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def fence(self) -> None:
+        self._sync()
+        t = time.perf_counter()
+        dist.all_reduce(self._buf)
+        self._sync()
+        self._took = {"compute_ms": 1000 * (t - self._t0),
+                      "wait_ms": 1000 * (time.perf_counter() - t)}
+
+    def _sync(self) -> None:
+        if self._gpu:  # the GPU's queued work is the step's too
+            torch.cuda.synchronize()
+
+    def take(self) -> dict[str, float]:
+        """The last timed step's figures, once."""
+        took, self._took = self._took, {}
+        return took
+
+
 class Run:
     """State of one attempt: built once, then driven by :meth:`loop`."""
 
@@ -117,6 +156,7 @@ class Run:
         self.snap_dir = Path(args.snapshot_dir)
         self.step = 0
         self.resumed_from: str | None = None
+        self.timing = StepTiming(env.world_size > 1, self.device)
 
     # -- snapshots ---------------------------------------------------------------------
     def config(self) -> dict[str, int]:
@@ -215,10 +255,13 @@ class Run:
     # -- the loop ----------------------------------------------------------------------
     def step_once(self, windows: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The per-step work of the loop, apart so bench/worker_overhead.py can time it."""
+        self.timing.start()
         self.faults.before_step(self.step + 1)
         x, y = self.train.batch(windows)
+        logged = (self.step + 1) % self.args.log_every == 0 or self.step + 1 == self.args.steps
         loss, norm = train_step(self.ddp, self.opt, self.sched, x, y, self.args.grad_clip,
-                                self.amp)
+                                self.amp, self.timing.fence if self.timing.on and logged
+                                else None)
         self.step += 1
         self.vote.poll(self.step)
         return loss, norm
@@ -262,6 +305,7 @@ class Run:
                             lr=float(self.sched.get_last_lr()[0]), step_time_s=dt,
                             samples_per_s=args.batch_size / dt, tokens_per_s=tokens_per_step / dt,
                             grad_norm=None if norm is None else float(norm),
+                            **self.timing.take(),
                         )
                         loss_sum.zero_()
                         window_t0, window_n = time.perf_counter(), 0

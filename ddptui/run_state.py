@@ -189,6 +189,7 @@ class RunChanges(TypedDict, total=False):
     diagnosis: dict[str, JSON] | None
     diagnosis_error: str | None
     diagnosed: Note | None
+    curves: list[str] | None
     nccl: dict[str, JSON] | None
     nccl_warnings: list[dict[str, JSON]] | None
     unstopped: list[str] | None
@@ -228,6 +229,8 @@ class RunRecord:
     diagnosis_error: str | None = None
     #: A diagnosis made again from the stored logs (:mod:`ddptui.afterwards.hindsight`).
     diagnosed: Note | None = None
+    #: What the curves told over the run (``ddptui.insight``'s summary), at its end.
+    curves: list[str] | None = None
     nccl: dict[str, JSON] | None = None  # NcclFacts.to_dict()
     nccl_warnings: list[dict[str, JSON]] | None = None
     unstopped: list[str] | None = None

@@ -5,6 +5,7 @@ the clean run of the same script has nothing said of it."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -15,13 +16,15 @@ from cluster import Cluster
 from jobs import ddptui, run_id_of
 from test_ssh_run import hosts
 
+from ddptui.faces.logs import curves_report
+
 pytestmark = [pytest.mark.cluster, pytest.mark.torchrun]
 JOB = Path(__file__).resolve().parent / "data" / "curves_job.py"
 SAID = re.compile(r"diverges|straggler|not a finite|spikes|fell behind|what the curves tell")
 
 
-def run_curves(c: Cluster, tmp: Path, faults: bool) -> tuple[str, str]:
-    """The headless output and ``ddptui logs RUN``'s, of one run of the script."""
+def run_curves(c: Cluster, tmp: Path, faults: bool) -> tuple[str, str, Path]:
+    """The headless output and ``ddptui logs RUN``'s, of one run of the script; its run dir."""
     shutil.copy(JOB, tmp / "job.py")
     d = hosts(c, tmp, env={"CURVES_FAULTS": "1" if faults else "0"})
     path = tmp / "hosts.yaml"
@@ -31,7 +34,7 @@ def run_curves(c: Cluster, tmp: Path, faults: bool) -> tuple[str, str]:
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     logs = ddptui("logs", run_id_of(res.stdout), state=state, timeout=60)
     assert logs.returncode == 0, logs.stderr
-    return res.stdout, logs.stdout
+    return res.stdout, logs.stdout, state / "runs" / run_id_of(res.stdout)
 
 
 def summary(out: str) -> list[str]:
@@ -44,7 +47,7 @@ def summary(out: str) -> list[str]:
 def test_a_faulty_run_names_each_fault_live_and_afterwards(cluster2: Cluster, tmp_path: Path
                                                            ) -> None:
     a, b = (h.name for h in cluster2.hosts)
-    out, logs = run_curves(cluster2, tmp_path, faults=True)
+    out, logs, run = run_curves(cluster2, tmp_path, faults=True)
     want = [f"rank 3 (node {b}) diverges from the other ranks since step 40 (loss ",
             f"rank 1 (node {a}) is a straggler: the others waited for it at ",
             f"rank 0 (node {a}): loss is nan at step 50, not a finite number",
@@ -57,11 +60,16 @@ def test_a_faulty_run_names_each_fault_live_and_afterwards(cluster2: Cluster, tm
     assert len(live) == len(want) and len(told) == len(want) + 1, (live, told)
     assert "when each rank's line of a step arrives" in next(ln for ln in told
                                                              if "straggler" in ln)
-    assert summary(logs) == told  # the same judge, afterwards, from metrics.jsonl
+    assert summary(logs) == told  # as run.json recorded it at the end
+    meta = json.loads((run / "run.json").read_text())
+    assert ["ddptui: what the curves tell:", *(f"ddptui: {t}" for t in meta["curves"])] == told
+    assert summary(curves_report(run)) == told  # the same judge, again, from metrics.jsonl
 
 
 def test_the_clean_run_has_nothing_said(cluster2: Cluster, tmp_path: Path) -> None:
-    out, logs = run_curves(cluster2, tmp_path, faults=False)
+    out, logs, run = run_curves(cluster2, tmp_path, faults=False)
     assert [ln for ln in out.splitlines() if SAID.search(ln)] == []
     assert [ln for ln in logs.splitlines() if SAID.search(ln)] == []
+    assert json.loads((run / "run.json").read_text())["curves"] == []
+    assert curves_report(run) == ""
     assert out.count(" loss ") >= 4 * 90  # every rank's every step was there to judge

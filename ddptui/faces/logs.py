@@ -136,17 +136,22 @@ def _one_run(base: Path, run_id: str, *, rank: int | None, node: str | None, che
                     if isinstance(line, LogLine):
                         out.write(format_line(line) + "\n")
     if node is None:  # the whole run's view ends as the headless face's summary begins
-        out.write(curves_report(d))
+        out.write(curves_report(d, meta))
         show_diagnosis(d, meta, record=check, out=out)
     return 0
 
 
-def curves_report(run_dir: Path) -> str:
-    """What the run's curves tell, judged again from its ``metrics.jsonl`` by the judge the
-    live run had (:mod:`ddptui.insight`), in the headless face's words."""
+def curves_report(run_dir: Path, meta: dict[str, JSON] | None = None) -> str:
+    """What the run's curves tell, in the headless face's words: as ``run.json`` recorded it
+    at the run's end, else judged again from its ``metrics.jsonl`` by the judge the live run
+    had (:mod:`ddptui.insight`): a run whose session was killed recorded none."""
     from ddptui.faces.headless import insight_report
-    from ddptui.insight.judge import Judge
+    from ddptui.insight.judge import Judge, Told
     from ddptui.metrics.points import Point, points
+
+    recorded = (meta or {}).get("curves")
+    if isinstance(recorded, list):
+        return insight_report(Told(summary=tuple(str(line) for line in recorded)))
 
     judge = Judge()
     record: dict[str, float] = {}

@@ -3,10 +3,8 @@
 It owns the run's state and each node's (:mod:`ddptui.run_state`), ``run.json`` (one
 :class:`~ddptui.store.record.Recorder`), its connections, followers and watches. The launch
 phases, the watches, the samplers and the stopper are handed what they need, never the
-session. Every stop goes through one :class:`~ddptui.remote.stop.Stopper`.
-
-Faces (the dashboard's engine, the headless printer) read ``session.store``; the headless face
-also registers a listener that sees every batch, so it can print every line in order.
+session. Every stop goes through one :class:`~ddptui.remote.stop.Stopper`. The faces read
+``session.store``; the headless face also sees every batch, in order, through a listener.
 """
 
 from __future__ import annotations
@@ -271,7 +269,8 @@ class Session:
         if self.advance(END_EVENT[status], exit_code=code, ended_at=time.time()):
             self.evidence.nccl.publish(  # with the run's end: run.json, and the store
                 self.recorder.update, self.store.set_run, node_exit_codes=codes,
-                diagnosis=found.to_dict() if found else None, diagnosis_error=why_not)
+                diagnosis=found.to_dict() if found else None, diagnosis_error=why_not,
+                curves=list(self.store.insight(final=True).summary))  # ddptui.insight's
         self.samplers.end(frozenset(lost))
         self.store.close()
         self.standby.end()

@@ -157,7 +157,7 @@ def test_nan_inf_and_megatron_nan_iterations() -> None:
     said = "\n".join(j.summary())
     assert "rank 0 (node a): loss is inf at step 20" in said
     assert "(and at 9 later step(s))" in said
-    assert "rank 1 (node b): Megatron-LM counted 2 nan iteration(s)" in said
+    assert "rank 1 (node b): Megatron-LM counted 2 nan iteration(s) at step 12: look at" in said
 
 
 def test_a_spike_is_far_above_the_level_and_noise_is_not() -> None:
@@ -174,3 +174,21 @@ def test_a_spike_is_far_above_the_level_and_noise_is_not() -> None:
                   float(step))
     quiet.judge(final=True)
     assert quiet.findings == []
+
+
+def test_megatrons_own_line_with_nan_iterations_is_a_nan() -> None:
+    from ddptui.metrics.recognizers import BUILT_IN
+
+    line = (" [2024-10-01 12:00:01.123456] iteration       {}/   10000 | consumed samples:  "
+            "        640 | elapsed time per iteration (ms): 812.3 | learning rate: 1.500000E-05 "
+            "| global batch size:    64 | lm loss: 1.045678E+01 | loss scale: 1.0 | grad norm: "
+            "12.345 | number of skipped iterations:   0 | number of nan iterations:   {} |")
+    (megatron,) = [r for r in BUILT_IN if r.name == "megatron"]
+    j = Judge()
+    for step in range(10, 40):
+        reading = megatron.read(line.format(step, 3 if step == 30 else 0))
+        assert reading is not None and reading.step == step
+        j.add(0, "a", reading.step, reading.values, float(step))
+    j.judge(final=True)
+    assert [(f.kind, f.step) for f in j.findings] == [(Kind.NAN, 30)]
+    assert "Megatron-LM counted 3 nan iteration(s) at step 30" in j.findings[0].text

@@ -130,11 +130,12 @@ class Judge:
         key = (rank, name)
         if name == NAN_COUNT:
             if v > 0:
-                self._nan(key, node, step, f"Megatron-LM counted {v:g} nan iteration(s)")
+                self._nan(key, node, step, f"Megatron-LM counted {v:g} nan iteration(s) at "
+                          f"step {step:g}")
             return
         if not curve_judged(name):
             if not math.isfinite(v):
-                self._nan(key, node, step, f"{name} is {v} at step {step:g}")
+                self._nan(key, node, step, _not_finite(name, v, step))
             return
         finder = self._marks.get(key)
         if finder is None:
@@ -143,7 +144,7 @@ class Judge:
         finder.extend([step], [v])
         for m in finder.marks[before:]:
             if m.kind is MarkKind.NAN:
-                self._nan(key, node, step, f"{name} is {v} at step {step:g}")
+                self._nan(key, node, step, _not_finite(name, v, step))
             else:
                 self._spike(key, node, step, v, m.level or 0.0)
         del finder.marks[:]
@@ -153,8 +154,8 @@ class Judge:
         if n == 1:
             rank, name = key
             self.findings.append(Finding(
-                Kind.NAN, rank, node, step, f"rank {rank} (node {node}): {what}, not a finite "
-                "number: look at this rank's inputs and learning rate there", name))
+                Kind.NAN, rank, node, step, f"rank {rank} (node {node}): {what}: look at this "
+                "rank's inputs and learning rate there", name))
 
     def _spike(self, key: tuple[int, str], node: str, step: float, v: float,
                level: float) -> None:
@@ -247,3 +248,7 @@ def _chronic_text(s: Straggle, node: str) -> str:
             f"{s.behind} of {s.judged} steps, {s.gap_s:.3g} s of each {s.period_s:.3g} s "
             f"step, judged by {s.evidence.words}; its Python stack (`ddptui stacks RUN_ID`) "
             "shows where it spends its time")
+
+
+def _not_finite(name: str, v: float, step: float) -> str:
+    return f"{name} is {v} at step {step:g}, not a finite number"

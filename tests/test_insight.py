@@ -192,3 +192,30 @@ def test_megatrons_own_line_with_nan_iterations_is_a_nan() -> None:
     j.judge(final=True)
     assert [(f.kind, f.step) for f in j.findings] == [(Kind.NAN, 30)]
     assert "Megatron-LM counted 3 nan iteration(s) at step 30" in j.findings[0].text
+
+
+def test_ranks_not_synchronized_are_compared_at_the_same_step() -> None:
+    """No collective each step: rank 2 runs 1.5 times slower and falls further behind at every
+    step; its lines arrive long after the others have gone on, and it is still compared."""
+    j = Judge()
+    lines = sorted((100.0 + (0.15 if r == 2 else 0.1) * step, r, step)
+                   for step in range(60) for r in range(4))
+    for t, r, step in lines:
+        j.add(r, NODES[r], step, {"loss": 2.0}, t)
+        j.judge()
+    j.judge(final=True)
+    assert [(f.kind, f.rank) for f in j.findings] == [(Kind.STRAGGLER, 2)]
+
+
+def test_a_rank_that_stops_printing_holds_nothing_up_for_long() -> None:
+    j = Judge()
+    for step in range(420):
+        for r in range(4):
+            if r != 3 or step < 10:
+                j.add(r, NODES[r], step, {"loss": 2.0 + (5.0 if r == 0 and step >= 300
+                                                          else 0.0)}, 100.0 + step)
+        j.judge()
+    # rank 3 silent since step 10 neither blocks nor is judged; rank 0's jump is seen in time
+    assert [(f.rank, f.step) for f in j.findings if f.kind is not Kind.SPIKE] == [(0, 300)]
+    assert {f.kind for f in j.findings} == {Kind.SPIKE, Kind.DIVERGES}
+    assert max(len(p.steps) for p in [j._arrival, *j._curves.values()]) <= 101

@@ -7,9 +7,11 @@ one the run's ``metrics.jsonl``, so a run reads the same live and afterwards. Th
 the modules': :mod:`~ddptui.insight.divergence`, :mod:`~ddptui.insight.straggler` and
 :mod:`~ddptui.insight.marks` (NaN and spikes, the chart's own rule).
 
-A step is judged across ranks once it is *settled*: :data:`SETTLE` newer steps of the same
-table have been seen (ranks of one synchronous run are never that far apart), or the run
-ended. A rank's point of a step already judged is left out. Pure: no I/O, no clock.
+A step is judged across ranks once it is *settled*: every rank that reported to the same
+table has reported a later step, or the newest step is :data:`FAR_BEHIND` steps past it (a
+rank that stopped printing holds nothing up for long, and memory stays bounded), or the run
+ended. Ranks that are not synchronized each step are so judged at the same step, however far
+apart they run. A rank's point of a step already judged is left out. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from ddptui.insight.marks import MarkFinder, MarkKind
 from ddptui.insight.straggler import Evidence, Straggle, StragglerWatch
 from ddptui.metrics.recognizers import NAN_COUNT
 
-SETTLE = 3
+#: Steps the slowest rank may lag the newest before a step is judged without it.
+FAR_BEHIND = 100
 #: The values a rank prints of its own timing (the bundled worker does, ``docs/metrics.md``).
 COMPUTE, WAIT = "compute_ms", "wait_ms"
 #: Most spikes of one rank and series said, the rest counted.
@@ -66,16 +69,24 @@ class _Pending(Generic[V]):
     def __init__(self) -> None:
         self.steps: dict[float, dict[int, V]] = {}
         self.done: float | None = None  # the last step given out
+        self.latest: dict[int, float] = {}  # each rank's newest step in the table
 
     def put(self, step: float, rank: int, value: V) -> bool:
         if self.done is not None and step <= self.done:
             return False
         self.steps.setdefault(step, {})[rank] = value
+        if step > self.latest.get(rank, step - 1):
+            self.latest[rank] = step
         return True
 
     def settled(self, final: bool) -> Iterator[tuple[float, dict[int, V]]]:
-        order = sorted(self.steps)
-        for step in order if final else order[:-SETTLE]:
+        if not self.steps:
+            return
+        newest = max(self.latest.values())
+        every = min(self.latest.values())
+        for step in sorted(self.steps):
+            if not final and step >= every and step > newest - FAR_BEHIND:
+                break
             self.done = step
             yield step, self.steps.pop(step)
 

@@ -73,3 +73,24 @@ def test_the_clean_run_has_nothing_said(cluster2: Cluster, tmp_path: Path) -> No
     assert json.loads((run / "run.json").read_text())["curves"] == []
     assert curves_report(run) == ""
     assert out.count(" loss ") >= 4 * 90  # every rank's every step was there to judge
+
+
+def test_the_bundled_workers_own_timing_names_its_straggler(cluster2: Cluster, tmp_path: Path
+                                                            ) -> None:
+    """The bundled worker prints after each step's collectives, so arrival tells nothing; its
+    ranks' compute_ms and wait_ms name the rank slowed by --slow-rank."""
+    a = cluster2.hosts[0].name
+    d = hosts(cluster2, tmp_path)
+    d["job"] = {"args": ["--d-model", "32", "--n-layers", "1", "--n-heads", "2", "--seq-len",
+                         "32", "--batch-size", "8", "--corpus-bytes", "100000",
+                         "--eval-batches", "1", "--eval-every", "1000", "--log-every", "1",
+                         "--steps", "40", "--slow-rank", "1", "--slow-ms", "60"]}
+    path = tmp_path / "hosts.yaml"
+    path.write_text(yaml.safe_dump(d, sort_keys=False))
+    res = ddptui("run", str(path), "--headless", "--no-metrics", state=tmp_path / "state")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    told = summary(res.stdout)
+    assert len(told) == 2, told
+    assert told[1].startswith(f"ddptui: rank 1 (node {a}) is a straggler: the others waited "
+                              "for it at "), told
+    assert "its compute_ms against the others'" in told[1]

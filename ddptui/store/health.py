@@ -1,5 +1,5 @@
-"""Whether each rank is making progress: stalls judged from the store's views, stragglers as
-the run's one judge of them named them (:mod:`ddptui.insight.straggler`, in ``RankView``).
+"""Whether each rank is making progress: stalls judged from the store's views; stragglers as
+the run's one judge of them named them (:mod:`ddptui.insight`), read from ``RankView``.
 
 Pure: the clock is passed in and the thresholds are the hosts file's ``health:`` section, so
 every rule is tested without a run. Stalls are judged once, where the run is

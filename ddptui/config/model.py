@@ -164,8 +164,7 @@ class HealthConfig:
     """Seconds without a line or metric from a rank before it is marked stalled."""
     straggler_fraction: float = field(default=0.25, metadata=key(
         v.FRACTION, hints=("straggler",)))
-    """No longer read: a straggler is named from each step's per-rank timing (``docs/metrics.md``,
-    "What the curves tell"); kept so that hosts files that set it still load."""
+    """Not read: stragglers come from per-rank timing (docs/metrics.md); kept so files load."""
     lost_after: float = field(default=30.0, metadata=key(
         v.seconds(above_zero=True), hints=("lost_timeout",)))
     """Seconds a node may be unreachable before it is declared lost and the run ends."""

@@ -15,15 +15,12 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ddptui.chart.rows import Run
+from ddptui.chart.view import ChartView, Drawn
 from ddptui.config import HostsConfig
 from ddptui.nccl import NcclFacts
 from ddptui.outcome import RunResult, StopReport
 from ddptui.rank_stacks import Stacks
 from ddptui.store.store import Store
-
-#: A chart as :func:`ddptui.chart.rows.store_chart` builds it: rows of runs, points per rank.
-Chart = tuple[list[list[Run]], dict[int, int]]
 
 
 class RunPort(Protocol):
@@ -86,5 +83,5 @@ class RunHandle(RunPort, Protocol):
     def close(self) -> None:
         """Let go of the handle; a run still going is left going."""
 
-    def chart(self, metric: str, log_y: bool, width: int, height: int) -> Chart:
+    def chart(self, view: ChartView, width: int, height: int) -> Drawn:
         """The chart of ``metric``, built where the series are; slow: off the loop."""

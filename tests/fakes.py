@@ -17,13 +17,14 @@ from test_nccl_cli import LO, SUBSYS, as_rank, raw_from_headless
 from test_stall_health import recorded
 
 from ddptui.chart.rows import store_chart
+from ddptui.chart.view import ChartView, Drawn
 from ddptui.config import HostsConfig
 from ddptui.engine.calls import EngineError
 from ddptui.events import Event, LogLine, Metric, NodeState, NodeStatus, RunStatus, Stall
 from ddptui.nccl import NcclFacts
 from ddptui.outcome import LaunchError, RunResult, StopReport
 from ddptui.rank_stacks import Stacks
-from ddptui.run_port import Chart, RunHandle, RunPort
+from ddptui.run_port import RunHandle, RunPort
 from ddptui.store.store import Store
 
 # -- the dashboard's handles -----------------------------------------------------------------
@@ -97,8 +98,8 @@ class FakeController:
     def close(self) -> None:
         self.closed += 1
 
-    def chart(self, metric: str, log_y: bool, width: int, height: int) -> Chart:
-        return store_chart(self.store, metric, log_y, width, height)
+    def chart(self, view: ChartView, width: int, height: int) -> Drawn:
+        return store_chart(self.store, view, width, height)
 
 
 class StackedController(FakeController):

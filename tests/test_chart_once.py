@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from test_tui_app import FakeController, make_app, settle, sync, until
 
-from ddptui.chart.rows import BOLD, Run
+from ddptui.chart.rows import BOLD
+from ddptui.chart.view import ChartView, Drawn
 
-CHART_BY_THE_RUN: tuple[list[list[Run]], dict[int, int]] = ([[("the run's chart", BOLD)]],
-                                                             {7: 1})
+CHART_BY_THE_RUN = Drawn([[("the run's chart", BOLD)]], {7: 1})
 
 
 class SlowChart(FakeController):
@@ -21,8 +21,7 @@ class SlowChart(FakeController):
         self.slow = True
         self.asked = 0
 
-    def chart(self, metric: str, log_y: bool, width: int, height: int
-              ) -> tuple[list[list[Run]], dict[int, int]]:
+    def chart(self, view: ChartView, width: int, height: int) -> Drawn:
         self.asked += 1
         if self.slow:
             raise TimeoutError("the engine took too long to build the chart")

@@ -24,6 +24,7 @@ from fakes import scripted
 from replay import T0
 
 from ddptui.chart.rows import chart_rows
+from ddptui.chart.view import ChartView
 from ddptui.engine.calls import (
     REQUESTS,
     Acked,
@@ -86,8 +87,10 @@ def test_the_replica_gets_the_run_as_the_engine_stores_it(engine: EngineProcess,
     # the engine's own store mirrored everything to disk; the replica wrote nothing there
     assert "line 4999" in (tmp_path / "lines.log").read_text()
     # the chart the engine builds is the one the replica's series make
-    rows, plotted = client.chart("loss", True, 60, 20)
-    assert (rows, plotted) == chart_rows("loss", True, [0, 1], client.store.series, 60, 20)
+    view = ChartView("loss", log_y=True)
+    drawn = client.chart(view, 60, 20)
+    assert drawn == chart_rows(view, [0, 1], client.store.series, 60, 20)
+    rows, plotted = drawn.rows, drawn.plotted
     assert plotted == {0: 104}  # 500 points (the metrics are all rank 0's), 2 per column
     assert {code for row in rows[1:-2] for _, code in row if code >= 0} == {0}
     assert engine.process.poll() is None
@@ -149,7 +152,7 @@ def test_an_engine_that_dies_leaves_a_lost_run_not_a_hung_dashboard(tmp_path: Pa
     with pytest.raises(EngineError):
         client.detach()
     with pytest.raises(EngineError):  # the dashboard then builds the chart itself
-        client.chart("loss", False, 60, 20)
+        client.chart(ChartView(), 60, 20)
     client.close()
 
 
@@ -227,7 +230,9 @@ SAMPLES: list[Reply] = [
     Opened("r1", None, Path("/tmp/r1"), b"\x80\x05snapshot"),
     Acked(),
     Stopped(StopReport({"a": [12, 13]}, {"b": "unreachable"})),
-    ChartBuilt(*chart_rows("loss", False, [0], lambda r, m: ([0, 1], [1.0, 2.0]), 20, 6)),
+    ChartBuilt(chart_rows(ChartView(), [0],
+                          lambda r, m: ([0, 1, 2], [1.0, 9.0, 2.0]) if m == "loss" else ([], []),
+                          20, 6)),
     NcclFactsNow(NcclFacts()),
     StacksTaken(Stacks("r1", T0, [NodeStacks("a", [RankStack("a", 0, 0, 41, "Thread 1")])])),
     Rehearsed("sent SIGUSR2 to 4 rank(s), as the time limit would"),

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ddptui.chart.rows import chart_rows, chart_title
+from ddptui.chart.view import ChartView
 from ddptui.config import ConfigError
 from ddptui.config.parse import parse_hosts
 from ddptui.events import LineRun, LogLine, Metric, Source
@@ -185,7 +186,8 @@ def test_the_store_keeps_a_steps_latest_value_and_says_where_a_series_came_from(
     s.apply(mk)
     assert s.series(0, "loss") == ([1, 2, 3], [3.0, 1.5, 1.0])
     assert s.series_source["loss"] == ("lightning", "step")
-    rows, plotted = chart_rows("loss", False, [0], s.series, 60, 12, s.series_source["loss"])
+    drawn = chart_rows(ChartView(), [0], s.series, 60, 12, s.series_source["loss"])
+    rows, plotted = drawn.rows, drawn.plotted
     assert rows[0][0][0].startswith("loss by step (PyTorch Lightning)") and plotted == {0: 3}
 
 
@@ -197,8 +199,8 @@ def test_chart_titles() -> None:
 
 
 def test_a_past_run_is_drawn_dimmed_beneath() -> None:
-    rows, _ = chart_rows("loss", False, [0], lambda r, n: ([1, 2], [2.0, 1.0]), 40, 10,
-                         past=[([1.0, 2.0, 3.0], [3.0, 2.5, 2.0])])
+    rows = chart_rows(ChartView(), [0], lambda r, n: ([1, 2], [2.0, 1.0]), 40, 10,
+                      past=[([1.0, 2.0, 3.0], [3.0, 2.5, 2.0])]).rows
     assert rows[0][-1] == ("past run", -2)
     styles = {style for row in rows[1:-2] for _, style in row[1:]}
     assert -2 in styles and 0 in styles

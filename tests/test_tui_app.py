@@ -803,7 +803,7 @@ async def test_chart_is_drawn_again_only_when_points_arrive() -> None:
         await settle(pilot, app)
         drawn: list[str] = []
         screen = app.dashboard
-        screen._draw_chart = lambda store, metric, *a: drawn.append(metric)  # type: ignore
+        screen._draw_chart = lambda store, view, *a: drawn.append(view.metric)  # type: ignore
         store = app.store
         store.apply([LogLine("node0", "NCCL INFO chatter", T0 + 11, rank=0)] * 50)
         screen.redraw_chart()

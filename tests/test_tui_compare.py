@@ -11,6 +11,7 @@ from replay import T0, scenario
 from test_tui_app import FakeController, make_app, settle, sync, toasts
 
 from ddptui.chart.rows import DIM, chart_rows
+from ddptui.chart.view import ChartView
 from ddptui.events import RunStatus
 from ddptui.store.reader import WINDOW, WINDOWS, metrics_file, sample_lines
 from ddptui.store.runs import RunSummary
@@ -84,11 +85,11 @@ def test_a_run_without_metrics_reads_as_empty(tmp_path: Path) -> None:
 
 def test_title_names_the_compared_run() -> None:
     overlay = Overlay("old-run", {"loss": [([1.0, 2.0, 3.0], [3.0, 2.5, 2.0])]})
-    rows, _ = chart_rows("loss", False, [0], lambda r, n: ([1, 2], [2.0, 1.0]), 40, 10,
-                         past=overlay.past("loss"))
+    rows = chart_rows(ChartView("loss"), [0], lambda r, n: ([1, 2], [2.0, 1.0]), 40, 10,
+                      past=overlay.past("loss")).rows
     title = label_past(rows, overlay, "loss")[0]
     assert ("vs old-run", DIM) in title and ("past run", DIM) not in title
-    rows, _ = chart_rows("lr", False, [0], lambda r, n: ([1, 2], [2.0, 1.0]), 40, 10)
+    rows = chart_rows(ChartView("lr"), [0], lambda r, n: ([1, 2], [2.0, 1.0]), 40, 10).rows
     assert label_past(rows, overlay, "lr")[0][-1] == ("vs old-run: no lr", DIM)
     assert "its loss is drawn dimmed" in overlay_notice(overlay, "loss")
     assert "it has no lr; c shows another metric" in overlay_notice(overlay, "lr")
@@ -107,10 +108,11 @@ def test_picker_marks_the_compared_run_and_says_what_enter_does() -> None:
 # -- the dashboard ---------------------------------------------------------------------------
 
 def dimmed_dots(chart: MetricsPane) -> int:
-    """Braille cells the chart paints dimmed: the past run's series (the axes are not
-    braille)."""
+    """Braille cells the chart paints dimmed and colourless: the past run's series (the axes
+    are not braille; a rank's raw values beside its smoothed line are dimmed in its
+    colour)."""
     return sum(1 for row in chart._rows for seg in row
-               if seg.style is not None and seg.style.dim
+               if seg.style is not None and seg.style.dim and seg.style.color is None
                for ch in seg.text if "\u2801" <= ch <= "\u28ff")
 
 

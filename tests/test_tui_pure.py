@@ -163,14 +163,17 @@ def test_braille_plot_draws_inside_its_box() -> None:
 
 def test_chart_rows_are_runs_of_one_style_each_as_wide_as_the_pane() -> None:
     from ddptui.chart.rows import BOLD, DIM, PLAIN, Y_LABEL, chart_rows
+    from ddptui.chart.view import ChartView
 
     def series(rank: int, name: str) -> tuple[list[int], list[float]]:
-        return ([], []) if rank == 2 else (list(range(100)), [float(rank + i % 7) for i in
-                                                               range(100)])
+        return ([], []) if rank == 2 or name != "loss" else (
+            list(range(100)), [float(rank + i % 7) for i in range(100)])
 
-    rows, plotted = chart_rows("loss", False, [0, 1, 2], series, 40, 12)
-    assert plotted == {0: 65, 1: 65}  # per plot column a min and a max (32), and the last
-    assert rows[0] == [("loss by step ", BOLD), ("r0 ", 0), ("r1 ", 1)]
+    raw = ChartView(smoothing=0.0)
+    drawn = chart_rows(raw, [0, 1, 2], series, 40, 12)
+    rows, plotted = drawn.rows, drawn.plotted
+    assert plotted == {0: 64, 1: 64}  # per plot column (32) a min and a max
+    assert rows[0] == [("loss by step ", BOLD), ("raw ", DIM), ("r0 ", 0), ("r1 ", 1)]
     assert len(rows) == 12
     for row in rows[1:-2]:  # the plot: a label, then the cells
         assert sum(len(text) for text, _ in row) == 40
@@ -180,18 +183,22 @@ def test_chart_rows_are_runs_of_one_style_each_as_wide_as_the_pane() -> None:
         assert set(codes) <= {PLAIN, 0, 1}
     assert rows[-2] == [(" " * Y_LABEL + "└" + "─" * 32, DIM)]
     assert rows[-1][0][0].split() == ["0", "99"]
-    empty, none = chart_rows("loss", False, [2], series, 40, 12)
-    assert none == {} and empty[1] == [(" " * Y_LABEL + " no points yet", DIM)]
+    empty = chart_rows(raw, [2], series, 40, 12)
+    assert empty.plotted == {} and empty.rows[1] == [(" " * Y_LABEL + " no points yet", DIM)]
 
 
 def test_chart_strips_fit_the_width() -> None:
     from ddptui.chart.rows import chart_rows
+    from ddptui.chart.view import ChartView
     from ddptui.tui.widgets.metrics_pane import metric_cycle, strips
 
     def series(rank: int, name: str) -> tuple[list[int], list[float]]:
+        if name != "loss":
+            return [], []
         return list(range(500)), [5.0 / (1 + i + rank) for i in range(500)]
 
-    runs, plotted = chart_rows("loss", False, [0, 1], series, 60, 20)
+    drawn = chart_rows(ChartView(), [0, 1], series, 60, 20)
+    runs, plotted = drawn.rows, drawn.plotted
     rows = strips(runs)
     assert set(plotted) == {0, 1} and all(0 < n <= 4 * 52 for n in plotted.values())
     assert len(rows) == 20 and all(r.cell_length <= 60 for r in rows)

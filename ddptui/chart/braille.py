@@ -21,13 +21,18 @@ class Frame:
     y_range: tuple[float, float]
 
 
-def bounds(series: Sequence[tuple[Sequence[float], Sequence[float]]], log_y: bool
+def bounds(series: Sequence[tuple[Sequence[float], Sequence[float]]], log_y: bool,
+           x_range: tuple[float, float] | None = None
            ) -> tuple[float, float, float, float] | None:
-    xs = [x for s in series if s[0] for x in (s[0][0], s[0][-1])]
+    """The plot's x and y bounds: ``x_range`` if given, else the points' steps (each series
+    in step order, or a stretch of it), and their values."""
+    xs = [x for s in series if s[0] for x in (min(s[0]), max(s[0]))]
     ys = [y for s in series for y in s[1] if not log_y or y > 0]
     if not xs or not ys:
         return None
     x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
+    if x_range is not None:
+        x0, x1 = x_range
     if log_y:
         y0, y1 = math.log10(y0), math.log10(y1)
     if x1 == x0:
@@ -38,9 +43,10 @@ def bounds(series: Sequence[tuple[Sequence[float], Sequence[float]]], log_y: boo
 
 
 def plot(series: Sequence[tuple[Sequence[float], Sequence[float]]], width: int, height: int,
-         *, log_y: bool = False) -> Frame | None:
-    """Draw each (xs, ys) series into ``width`` x ``height`` cells; None when nothing to draw."""
-    b = bounds(series, log_y)
+         *, log_y: bool = False, x_range: tuple[float, float] | None = None) -> Frame | None:
+    """Draw each (xs, ys) series into ``width`` x ``height`` cells, over ``x_range`` (else
+    the points' own); None when nothing to draw."""
+    b = bounds(series, log_y, x_range)
     if b is None or width <= 0 or height <= 0:
         return None
     x0, x1, y0, y1 = b

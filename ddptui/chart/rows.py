@@ -13,18 +13,32 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ddptui.chart.braille import plot, tick_label
-from ddptui.chart.downsample import downsample
-from ddptui.metrics.recognizers import LABELS
+from ddptui.chart.downsample import bin_columns
+from ddptui.chart.memo import ChartMemo, Followed
+from ddptui.chart.view import ChartView, Drawn, Run
+from ddptui.insight.marks import Mark, MarkKind
+from ddptui.metrics.recognizers import LABELS, NAN_COUNT
 
 if TYPE_CHECKING:
     from ddptui.store.store import Store
 
-Y_LABEL = 7
-#: A run's style: a series index (0 and up, the widget picks its colour), or one of these.
-PLAIN, DIM, BOLD = -1, -2, -3
 
-Run = tuple[str, int]
+Y_LABEL = 7
+#: A run's style: a series index (0 and up, the widget picks its colour), or one of these;
+#: :func:`faint` of an index is that series' colour, faint (its raw values under the
+#: smoothed line).
+PLAIN, DIM, BOLD, MARK = -1, -2, -3, -4
+FAINT = -16
+#: What the axis shows under a mark's column.
+MARK_CHARS = {MarkKind.NAN: "×", MarkKind.SPIKE: "▲"}
+
 SeriesFn = Callable[[int, str], tuple[list[int | float], list[float]]]
+Series = tuple[list[float], list[float]]
+
+
+def faint(index: int) -> int:
+    """The style of series ``index``'s raw values drawn beside its smoothed line."""
+    return FAINT - index
 
 
 #: What a series' step counts, as the chart's title says it.
@@ -39,58 +53,140 @@ def chart_title(metric: str, log_y: bool, source: tuple[str, str] | None) -> str
     return f"{metric}{' (log)' if log_y else ''} {STEP_WORDS.get(kind, 'by step')}{said} "
 
 
-def chart_rows(metric: str, log_y: bool, ranks: Sequence[int], series: SeriesFn,
-               width: int, height: int, source: tuple[str, str] | None = None,
-               past: Sequence[tuple[list[float], list[float]]] = ()
-               ) -> tuple[list[list[Run]], dict[int, int]]:
-    """The chart's rows (a title, the plot with its y labels, the x axis) and how many
-    points each rank got; ``past``: a past run's series of the same name, drawn dimmed
-    beneath."""
-    plot_w, plot_h = max(1, width - Y_LABEL - 1), max(1, height - 3)
-    names: list[int] = []
-    data: list[tuple[list[float], list[float]]] = []
-    for rank in ranks:
-        xs, ys = series(rank, metric)
-        if xs:
-            names.append(rank)
-            # a bucket per cell keeps its min and max: the cell's two dot columns
-            data.append(downsample(xs, ys, plot_w))
-    plotted = {r: len(d[0]) for r, d in zip(names, data, strict=True)}
-    title: list[Run] = [(chart_title(metric, log_y, source), BOLD)]
+def view_words(view: ChartView) -> str:
+    """``smoothing 0.60, steps 100-400 ``: how the view is set, for the title."""
+    said = [f"smoothing {view.smoothing:.2f}" if view.smoothing > 0 else "raw"]
+    if view.window is not None:
+        said.append(f"steps {view.window[0]:.6g}-{view.window[1]:.6g}")
+    return ", ".join(said) + " "
+
+
+def chart_rows(view: ChartView, ranks: Sequence[int], series: SeriesFn, width: int,
+               height: int, source: tuple[str, str] | None = None,
+               past: Sequence[Series] = (), memo: ChartMemo | None = None) -> Drawn:
+    """The chart's rows (a title, the plot with its y labels, the x axis with the marks
+    under it, the marks' list when there are any), how many raw points each rank got, the
+    steps the series span and their marks. ``past``: a past run's series of the same name,
+    drawn dimmed beneath. Each rank's raw values are binned by column over the window
+    (:func:`ddptui.chart.downsample.bin_columns`); smoothed, they are drawn faint and the
+    smoothed line over them (:mod:`ddptui.chart.smooth`). ``memo``: what the last redraw
+    computed of the same series (:mod:`ddptui.chart.memo`), else computed here whole."""
+    plot_w = max(1, width - Y_LABEL - 1)
+    memo = memo or ChartMemo()
+    with memo.lock:
+        names, layers, styles, extent, marks = _layers(view, ranks, series, plot_w, past,
+                                                       memo)
+    raw_layers = [layers[styles.index(faint(i) if view.smoothing > 0 else i)]
+                  for i in range(len(names))]
+    plotted = {r: len(xs) for r, (xs, _) in zip(names, raw_layers, strict=True)}
+    plot_h = max(1, height - 3 - (1 if marks else 0))
+    title: list[Run] = [(chart_title(view.metric, view.log_y, source), BOLD),
+                        (view_words(view), DIM)]
     title += [(f"r{rank} ", i) for i, rank in enumerate(names)]
-    old = [downsample(xs, ys, plot_w) for xs, ys in past if xs]
-    if old:
+    if DIM in styles:
         title.append(("past run", DIM))
     rows = [title]
-    frame = plot(old + data, plot_w, plot_h, log_y=log_y)
-    if frame is None:
+    window = view.window or extent
+    if window is None:
         rows.append([(f"{'':{Y_LABEL}} no points yet", DIM)])
-        return rows, plotted
+        return Drawn(rows)
+    lo, hi = window
+    frame = plot(layers, plot_w, plot_h, log_y=view.log_y, x_range=window)
+    if frame is None:
+        rows.append([(f"{'':{Y_LABEL}} no points in these steps", DIM)])
+        return Drawn(rows, plotted, extent, tuple(marks))
     y0, y1 = frame.y_range
     label_rows = {0: y1, plot_h - 1: y0, (plot_h - 1) // 2: (y0 + y1) / 2}
     for r, cells in enumerate(frame.rows):
-        label = tick_label(label_rows[r], log_y) if r in label_rows else ""
+        label = tick_label(label_rows[r], view.log_y) if r in label_rows else ""
         runs: list[Run] = [(f"{label:>{Y_LABEL}}" + ("┤" if r in label_rows else "│"), DIM)]
         owner, start = cells[0][1], 0
         for c in range(1, len(cells) + 1):
             next_owner = cells[c][1] if c < len(cells) else -2
             if next_owner != owner:
-                style = owner - len(old) if owner >= len(old) else DIM if owner >= 0 else PLAIN
-                runs.append(("".join(ch for ch, _ in cells[start:c]), style))
+                runs.append(("".join(ch for ch, _ in cells[start:c]),
+                             styles[owner] if owner >= 0 else PLAIN))
                 owner, start = next_owner, c
         rows.append(runs)
-    x0, x1 = frame.x_range
-    rows.append([(f"{'':{Y_LABEL}}└{'─' * plot_w}", DIM)])
-    left, right = f"{x0:.6g}", f"{x1:.6g}"
+    rows.append(_axis(marks, lo, hi, plot_w))
+    left, right = f"{lo:.6g}", f"{hi:.6g}"
     gap = max(1, plot_w - len(left) - len(right))
     rows.append([(f"{'':{Y_LABEL}} {left}{' ' * gap}{right}", DIM)])
-    return rows, plotted
+    if marks:
+        rows.append(_mark_list(marks, width))
+    return Drawn(rows, plotted, extent, tuple(marks))
 
 
-def store_chart(store: Store, metric: str, log_y: bool, width: int, height: int,
-                past: Sequence[tuple[list[float], list[float]]] = ()
-                ) -> tuple[list[list[Run]], dict[int, int]]:
+def _layers(view: ChartView, ranks: Sequence[int], series: SeriesFn, plot_w: int,
+            past: Sequence[Series], memo: ChartMemo
+            ) -> tuple[list[int], list[Series], list[int], tuple[float, float] | None,
+                       list[Mark]]:
+    """The ranks drawn, the layers to plot (binned) with each one's style, the steps the
+    ranks' series span, and their marks."""
+    names: list[int] = []
+    found: list[tuple[list[int | float], list[float], Followed]] = []
+    marks: list[Mark] = []
+    for rank in ranks:
+        xs, ys = series(rank, view.metric)
+        if xs:
+            names.append(rank)
+            followed = memo.follow(rank, view.metric, xs, ys, view.smoothing)
+            found.append((xs, ys, followed))
+            counts = series(rank, NAN_COUNT) if view.metric != NAN_COUNT else ([], [])
+            marks += followed.marks.with_counts(counts)
+    marks.sort(key=lambda m: m.step)
+    spans = [(xs[0], xs[-1]) if not f.backs else (min(xs), max(xs)) for xs, _, f in found]
+    if not spans:
+        return names, [], [], None, marks
+    first, end = min(a for a, _ in spans), max(b for _, b in spans)
+    extent = (first, end) if end > first else (first, first + 1)
+    lo, hi = view.window or extent
+    # a bin per cell column keeps its min and max: the cell's two dot columns
+    layers = [bin_columns(xs, ys, lo, hi, plot_w) for xs, ys in past if xs]
+    styles = [DIM] * len(layers)
+    for i, (xs, ys, f) in enumerate(found):
+        layers.append(bin_columns(xs, ys, lo, hi, plot_w, f.raw, f.backs))
+        if view.smoothing <= 0:
+            styles.append(i)
+            continue
+        smoothed = f.smoothed(ys)
+        styles.append(faint(i))
+        layers.append(bin_columns(xs, smoothed, lo, hi, plot_w,
+                                  f.raw if smoothed is ys else f.smooth, f.backs))
+        styles.append(i)
+    return names, layers, styles, extent, marks
+
+
+def _axis(marks: Sequence[Mark], lo: float, hi: float, plot_w: int) -> list[Run]:
+    """The x axis, with each mark of the window under its column."""
+    cells = ["─"] * plot_w
+    scale = (plot_w - 1) / (hi - lo)
+    for m in marks:
+        if lo <= m.step <= hi:
+            c = round((m.step - lo) * scale)
+            if cells[c] != MARK_CHARS[MarkKind.NAN]:  # a NaN outranks a spike
+                cells[c] = MARK_CHARS[m.kind]
+    runs: list[Run] = [(f"{'':{Y_LABEL}}└", DIM)]
+    for ch in cells:
+        style = DIM if ch == "─" else MARK
+        if runs[-1][1] == style:
+            runs[-1] = (runs[-1][0] + ch, style)
+        else:
+            runs.append((ch, style))
+    return runs
+
+
+def _mark_list(marks: Sequence[Mark], width: int) -> list[Run]:
+    """One line, cut to ``width``: how many marks, and the first ones (``!`` goes from one
+    to the next)."""
+    head = f"{len(marks)} mark{'s' if len(marks) > 1 else ''} (! next): "
+    said = " · ".join(m.text for m in marks[:4]) + (" · ..." if len(marks) > 4 else "")
+    return [(head, MARK), (said[:max(0, width - len(head))], PLAIN)]
+
+
+def store_chart(store: Store, view: ChartView, width: int, height: int,
+                past: Sequence[Series] = (), memo: ChartMemo | None = None) -> Drawn:
     """The chart of every rank ``store`` knows: the engine's, or the dashboard's replica's."""
     ranks = [r.rank for r in store.rank_views()]
-    return chart_rows(metric, log_y, ranks, store.series, width, height,
-                      store.series_source.get(metric), past)
+    return chart_rows(view, ranks, store.series, width, height,
+                      store.series_source.get(view.metric), past, memo)

@@ -21,7 +21,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from ddptui.chart.rows import Run
+from ddptui.chart.view import ChartView, Drawn
 from ddptui.config import HostsConfig
 from ddptui.nccl import NcclFacts
 from ddptui.outcome import LaunchError, StopReport
@@ -61,8 +61,7 @@ class Stopped:
 
 @dataclass(frozen=True, slots=True)
 class ChartBuilt:
-    rows: list[list[Run]]
-    plotted: dict[int, int]
+    drawn: Drawn
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,8 +124,7 @@ class Detach(Ask[Acked]):
 
 @dataclass(frozen=True, slots=True)
 class BuildChart(Ask[ChartBuilt]):
-    metric: str
-    log_y: bool
+    view: ChartView
     width: int
     height: int
     reply = ChartBuilt

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 
+from ddptui.chart.view import ChartView, Drawn
 from ddptui.engine.calls import (
     Again,
     BuildChart,
@@ -42,7 +43,7 @@ from ddptui.events import RunStatus
 from ddptui.nccl import NcclFacts
 from ddptui.outcome import RunResult, StopReport
 from ddptui.rank_stacks import DUMP_TIMEOUT_S, Stacks
-from ddptui.run_port import Chart, RunPort
+from ddptui.run_port import RunPort
 from ddptui.store.store import Store
 
 #: How long one :meth:`EngineClient.pump` may keep the dashboard's event loop: a key waits
@@ -92,12 +93,11 @@ class EngineClient:
     def again(self) -> str | None:
         return self.engine.calls.call(Again()).why
 
-    def chart(self, metric: str, log_y: bool, width: int, height: int) -> Chart:
+    def chart(self, view: ChartView, width: int, height: int) -> Drawn:
         """The chart, built in the engine from its own series (see ``ddptui.chart.rows``);
         call it off the event loop. Raises :class:`EngineError` once the engine is gone."""
-        built = self.engine.calls.call(BuildChart(metric, log_y, width, height),
-                                       timeout=CHART_TIMEOUT_S)
-        return built.rows, built.plotted
+        return self.engine.calls.call(BuildChart(view, width, height),
+                                      timeout=CHART_TIMEOUT_S).drawn
 
     def nccl_facts(self) -> NcclFacts:
         """What NCCL said so far, from the session's own facts (fed every NCCL line,

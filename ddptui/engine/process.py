@@ -28,6 +28,7 @@ from pathlib import Path
 from types import FrameType
 from typing import assert_never
 
+from ddptui.chart.memo import ChartMemo
 from ddptui.chart.rows import store_chart
 from ddptui.config import HostsConfig
 from ddptui.engine.calls import (
@@ -137,6 +138,7 @@ class _Engine:
         self.cmd, self.feed = cmd, feed
         self.run: RunPort | None = None
         self.backlog = Backlog()
+        self.chart_memo = ChartMemo()  # each redraw computes only the new points' part
         self.leaving = threading.Event()
         self._send_lock = threading.Lock()
         self._sender = threading.Thread(target=self._send_changes, name="engine-sender",
@@ -204,8 +206,9 @@ class _Engine:
             case Detach():
                 run.detach()
                 return Acked()
-            case BuildChart(metric, log_y, width, height):
-                return ChartBuilt(*store_chart(run.store, metric, log_y, width, height))
+            case BuildChart(view, width, height):
+                return ChartBuilt(store_chart(run.store, view, width, height,
+                                              memo=self.chart_memo))
             case GetNcclFacts():
                 return NcclFactsNow(run.nccl_facts())
             case TakeStacks(rank):

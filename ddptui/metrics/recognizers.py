@@ -166,7 +166,7 @@ _MEGA_PAIR = re.compile(rf"\s*([^|:]+?):\s*({NUM})\s*(?=\||$)")
 _MEGA_SKIP = ("number of skipped iterations", "skipped samples", "global batch size")
 _MEGA_NAN = "number of nan iterations"
 #: The series of Megatron's ``number of nan iterations``, a point only where it is above 0:
-#: the chart marks those steps as NaN (``ddptui.chart.marks``), as the loss printed there
+#: the chart marks those steps as NaN (``ddptui.insight.marks``), as the loss printed there
 #: leaves those iterations out.
 NAN_COUNT = "nan iterations"
 _MEGA_VALID = re.compile(r"\bvalidation(-[\w-]+)? loss at iteration (\d+)\b[^|]*\|(.*)")

@@ -40,6 +40,7 @@ from ddptui.tui.screens.run_picker import HELP as RUN_LIST_HELP
 from ddptui.tui.screens.stacks import StacksScreen
 from ddptui.tui.views import ViewKind, ViewSpec
 from ddptui.tui.widgets.log_view import LogView
+from ddptui.tui.widgets.metrics_pane import CHART_KEYS, COMPARE_KEYS
 
 DRAIN_HZ = 15
 
@@ -243,8 +244,9 @@ class DashboardApp(Lifecycle):
         return [
             ("Run and views", run),
             ("Log pane", [b for b in LogView.BINDINGS if isinstance(b, Binding)]),
+            ("Chart", CHART_KEYS),
             ("Run list (a, C)", RUN_LIST_HELP),
-            ("A compared chart", [b for b in DashboardScreen.BINDINGS if isinstance(b, Binding)]),
+            ("A compared chart", COMPARE_KEYS),
             ("Dialogs", [Binding("y", "", "Confirm"), Binding("n,escape", "", "Cancel"),
                          Binding("ctrl+p", "", "Command palette: every action by name")]),
         ]

@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
-from ddptui.chart.rows import DIM, STEP_WORDS, Run, chart_rows
+from ddptui.chart.rows import DIM, STEP_WORDS, chart_rows
+from ddptui.chart.view import ChartView, Drawn, Run
 from ddptui.metrics.align import (
     AXIS_LABEL,
     COUNTERS,
@@ -67,15 +68,17 @@ def retitle(rows: list[list[Run]], words: str, why: str) -> list[list[Run]]:
     return [title, *rows[1:]]
 
 
-def compare_chart(store: Store, overlay: Overlay, metric: str, log_y: bool, width: int,
-                  height: int) -> tuple[list[list[Run]], dict[int, int]]:
-    """The chart's rows with ``overlay`` as the overlay's axis and difference say."""
+def compare_chart(store: Store, overlay: Overlay, view: ChartView, width: int, height: int
+                  ) -> Drawn:
+    """The chart with ``overlay`` as the overlay's axis and difference say; ``view``'s
+    smoothing and window as the chart's own (the difference is drawn on a linear scale)."""
+    metric = view.metric
     source = store.series_source.get(metric)
     if overlay.tracks is None or (overlay.axis is Axis.STEP and not overlay.difference):
         ranks = [r.rank for r in store.rank_views()]
-        rows, plotted = chart_rows(metric, log_y, ranks, store.series, width, height, source,
-                                   overlay.past(metric))
-        return label_past(rows, overlay, metric), plotted
+        drawn = chart_rows(view, ranks, store.series, width, height, source,
+                           overlay.past(metric))
+        return replace(drawn, rows=label_past(drawn.rows, overlay, metric))
     a_run, b_run = shown_tracks(store, overlay, metric), overlay.tracks
     on = common(a_run, b_run, overlay.axis)
     # the whole sentence is the export's; a title has room for the gist
@@ -85,22 +88,24 @@ def compare_chart(store: Store, overlay: Overlay, metric: str, log_y: bool, widt
     a, b = align(a_run, metric, on.a), align(b_run, metric, on.b)
     if not overlay.difference:
         past = [b.curves[r] for r in sorted(b.curves)]
-        rows, plotted = chart_rows(metric, log_y, sorted(a.curves),
-                                   lambda r, _: a.curves[r], width, height, source, past)
-        return retitle(label_past(rows, overlay, metric), words, why), plotted
+        drawn = chart_rows(view, sorted(a.curves), lambda r, m: a.curves[r] if m == metric
+                           else ([], []), width, height, source, past)
+        return replace(drawn, rows=retitle(label_past(drawn.rows, overlay, metric), words, why))
+    linear = replace(view, log_y=False)
     got_a, got_b = first_curve(a), first_curve(b)
     if got_a is None or got_b is None:
         missing = a_run.run_id if got_a is None else overlay.run_id
-        rows, plotted = chart_rows(metric, False, [], store.series, width, height, source)
-        return retitle(rows, f"A − B {words}", f"{missing} has no {metric}"), plotted
+        drawn = chart_rows(linear, [], store.series, width, height, source)
+        return replace(drawn, rows=retitle(drawn.rows, f"A − B {words}",
+                                           f"{missing} has no {metric}"))
     (rank_a, curve_a), (rank_b, curve_b) = got_a, got_b
     diff = difference(curve_a, curve_b)
-    rows, plotted = chart_rows(metric, False, [rank_a], lambda r, _: diff, width, height,
-                               source)
+    drawn = chart_rows(linear, [rank_a], lambda r, m: diff if m == metric else ([], []),
+                       width, height, source)
     names = f"A − B: r{rank_a} of {a_run.run_id} − r{rank_b} of {overlay.run_id}, {words}"
     if not diff[0]:
         why = "; ".join(s for s in (why, "no x of A inside B's range") if s)
-    return retitle(rows, names, why), plotted
+    return replace(drawn, rows=retitle(drawn.rows, names, why))
 
 
 #: What a key of the compared chart changes: its axis (``A``), the difference shown (``D``).

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import time
+from typing import ClassVar
 
 from textual import work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import BindingType
 from textual.containers import Horizontal
 from textual.css.query import NoMatches
 from textual.events import Resize
@@ -22,7 +23,9 @@ from textual.screen import Screen
 from textual.strip import Strip
 from textual.widgets import Footer
 
+from ddptui.chart.memo import ChartMemo
 from ddptui.chart.rows import store_chart
+from ddptui.chart.view import ChartView, Drawn
 from ddptui.engine.calls import EngineError
 from ddptui.events import Failure, NodeStatus
 from ddptui.store.health import shown_health
@@ -44,7 +47,7 @@ from ddptui.tui.views import ViewKind, ViewSpec
 from ddptui.tui.widgets.log_pane import LogPane
 from ddptui.tui.widgets.log_status import LogStatus
 from ddptui.tui.widgets.log_view import LogView
-from ddptui.tui.widgets.metrics_pane import MetricsPane, metric_cycle, strips
+from ddptui.tui.widgets.metrics_pane import CHART_KEYS, COMPARE_KEYS, MetricsPane, strips
 from ddptui.tui.widgets.nodes_table import NodesTable
 from ddptui.tui.widgets.run_header import RunHeader
 
@@ -63,12 +66,9 @@ _LAYOUT_ORDER = {
 
 
 class DashboardScreen(Screen[None]):
-    """The run the app follows, on one screen; its keys are the app's, but a compared chart's."""
+    """The run the app follows, on one screen; its keys are the app's, and the chart's."""
 
-    BINDINGS = [
-        Binding("A", "compare_view('align')", "Align by step/samples/tokens/time", show=False),
-        Binding("D", "compare_view('difference')", "The difference A − B on/off", show=False),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = [*CHART_KEYS, *COMPARE_KEYS]
 
     layout_mode: reactive[LayoutMode] = reactive(LayoutMode.AUTO, init=False)
     """What the body shows; ``m`` steps through it."""
@@ -213,14 +213,13 @@ class DashboardScreen(Screen[None]):
         if chart.display and chart.dirty and mono - self._last_chart >= every:
             self._last_chart = mono
             chart.dirty = False
-            self._draw_chart(store, chart.metric, chart.log_scale, *chart.content_size,
-                             chart.overlay)
+            self._draw_chart(store, chart.view, *chart.content_size, chart.overlay, chart.memo)
 
     # -- the chart -------------------------------------------------------------------------
 
     @work(thread=True, exclusive=True, group="chart")
-    def _draw_chart(self, store: Store, metric: str, log_y: bool, width: int, height: int,
-                    overlay: Overlay | None = None) -> None:
+    def _draw_chart(self, store: Store, view: ChartView, width: int, height: int,
+                    overlay: Overlay | None = None, memo: ChartMemo | None = None) -> None:
         """Off the loop, and where the series are: building a chart of 16 ranks is 10-40 ms
         of Python, which in this process would be taken from the keys. The run's handle
         builds it, once, where the run is; a slow answer leaves the last drawing and is
@@ -231,7 +230,7 @@ class DashboardScreen(Screen[None]):
         handle = self.owner.session
         if handle is not None and overlay is None:
             try:
-                built = handle.chart(metric, log_y, width, height)
+                drawn = handle.chart(view, width, height)
             except TimeoutError:
                 with contextlib.suppress(RuntimeError):  # the app closed meanwhile
                     self.app.call_from_thread(self._chart_late)
@@ -239,20 +238,19 @@ class DashboardScreen(Screen[None]):
             except EngineError:
                 return
         else:
-            built = store_chart(store, metric, log_y, width, height) if overlay is None else \
-                compare_chart(store, overlay, metric, log_y, width, height)
-        rows, plotted = built
+            drawn = store_chart(store, view, width, height, memo=memo) \
+                if overlay is None else compare_chart(store, overlay, view, width, height)
         if store is self.owner.store:
             with contextlib.suppress(RuntimeError):  # the app closed meanwhile
-                self.app.call_from_thread(self._show_chart, strips(rows), plotted)
+                self.app.call_from_thread(self._show_chart, strips(drawn.rows), drawn)
 
     # On the loop: the screen may have closed while the chart was built, and a closed screen
     # has no #chart to find (the query is made here, never in the worker's thread).
     # While the app exits, a screen still attached may have lost its widgets already.
-    def _show_chart(self, lines: list[Strip], plotted: dict[int, int]) -> None:
+    def _show_chart(self, lines: list[Strip], drawn: Drawn) -> None:
         if self.is_attached:
             with contextlib.suppress(NoMatches):
-                self.chart.show(lines, plotted)
+                self.chart.show(lines, drawn)
 
     def _chart_late(self) -> None:
         if self.is_attached:
@@ -263,16 +261,28 @@ class DashboardScreen(Screen[None]):
         """At the next tick, whenever the last drawing was."""
         self._last_chart = 0.0
 
-    def action_next_metric(self) -> None:
-        names = metric_cycle(self.owner.store.metric_names())
-        chart = self.chart
-        i = names.index(chart.metric) + 1 if chart.metric in names else 0
-        chart.metric = names[i % len(names)]
+    def on_metrics_pane_view_changed(self) -> None:
         self.redraw_chart()
 
+    def action_next_metric(self) -> None:
+        self.chart.next_metric(self.owner.store.metric_names())
+
     def action_toggle_log_scale(self) -> None:
-        self.chart.log_scale = not self.chart.log_scale
-        self.redraw_chart()
+        self.chart.toggle_log_scale()
+
+    def action_smoothing(self, step: int) -> None:
+        self.chart.step_smoothing(step)
+
+    def action_zoom(self, factor: float) -> None:
+        self.chart.zoom(factor)
+
+    def action_pan(self, fraction: float) -> None:
+        self.chart.pan(fraction)
+
+    def action_next_mark(self) -> None:
+        mark = self.chart.next_mark()
+        if mark is not None:
+            self.log_pane.show_step(mark.rank, mark.step, mark.text)
 
     def action_compare_view(self, change: Change) -> None:
         overlay, said = changed(self.chart.overlay, change)
@@ -343,17 +353,10 @@ class DashboardScreen(Screen[None]):
         """Every GPU of the node under the table's cursor (a rank's row: its node)."""
         from ddptui.tui.screens.node_detail import NodeDetailScreen
 
-        store = self.owner.store
-        table = self.nodes_table
-        keys = table.row_keys
-        key = keys[table.cursor_row] if 0 <= table.cursor_row < len(keys) else ""
-        node = key[2:] if key.startswith("n:") else ""
-        if key.startswith("r:"):
-            rank = store.ranks.get(int(key[2:]))
-            node = rank.node if rank is not None else ""
-        names = [n.name for n in store.node_views()]
-        if not node and names:
-            node = names[0]
+        store, key = self.owner.store, self.nodes_table.cursor_key
+        rank = store.ranks.get(int(key[2:])) if key.startswith("r:") else None
+        node = rank.node if rank is not None else key[2:] if key.startswith("n:") else ""
+        node = node or next((n.name for n in store.node_views()), "")
         if node:
             self.app.push_screen(NodeDetailScreen(node, store.node_samples, self.owner.clock))
 

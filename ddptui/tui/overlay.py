@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddptui.chart.downsample import downsample
-from ddptui.chart.rows import DIM, Run
+from ddptui.chart.rows import DIM
+from ddptui.chart.view import Run
 from ddptui.metrics.align import Axis, RunTracks, Track, tracks_of
 from ddptui.metrics.points import points
 from ddptui.store.reader import metric_records, run_start

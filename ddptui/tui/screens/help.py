@@ -15,7 +15,9 @@ from ddptui.tui.screens.dialog import DialogScreen
 
 def key_label(binding: Binding) -> str:
     names = {"question_mark": "?", "slash": "/", "left_square_bracket": "[",
-             "right_square_bracket": "]", "escape": "esc"}
+             "right_square_bracket": "]", "escape": "esc", "minus": "-", "plus": "+",
+             "equals_sign": "=", "less_than_sign": "<", "greater_than_sign": ">",
+             "exclamation_mark": "!"}
     keys = [names.get(k.strip(), k.strip()) for k in binding.key.split(",")]
     return " ".join(keys)
 

@@ -301,6 +301,18 @@ class LogPane(Vertical):
         self.log_view.match_row = None
         self._jump(True, Level.ERROR)
 
+    def show_step(self, rank: int, step: float, said: str) -> None:
+        """Rank ``rank``'s lines, at the first that names step ``step`` (a spike or NaN the
+        chart went to, ``said``); lines older than the view's are on disk only."""
+        self.set_view(ViewSpec(ViewKind.RANK, rank=rank))
+        number = re.escape(f"{step:.0f}" if step == int(step) else f"{step:g}")
+        row = self.log_view.find_row(0, True, re.compile(rf"(?<![\w.]){number}(?![\w.])"))
+        if row is None:
+            self.app.notify(f"{said}; no line of rank {rank} in view names that step.")
+            return
+        self.log_view.jump_to(row)
+        self.app.notify(said, timeout=4)
+
     # -- follow, wrap, older lines, save ---------------------------------------------------
 
     def action_toggle_follow(self) -> None:

@@ -5,19 +5,30 @@ is on screen, by the engine when there is one; the pane colours the runs it gets
 many points it drew per rank, so tests can wait on it. A past run chosen to compare with
 (:attr:`MetricsPane.overlay`) is drawn dimmed beneath, its id in the title. (plotext was
 tried first: one build of a 80x46 chart took 100-250 ms on the event loop.)
+
+Its keys (:data:`CHART_KEYS`) change the view (:class:`ddptui.chart.view.ChartView`):
+TensorBoard's smoothing weight, the steps' window (zoom and pan bin the raw points again),
+and ``!`` goes from one spike or NaN to the next.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from rich.segment import Segment
 from rich.style import Style
+from textual.binding import Binding
+from textual.message import Message
 from textual.reactive import reactive
 from textual.strip import Strip
 from textual.widget import Widget
 
-from ddptui.chart.rows import BOLD, DIM, PLAIN, Run
+from ddptui.chart.memo import ChartMemo
+from ddptui.chart.rows import BOLD, DIM, FAINT, MARK, PLAIN
+from ddptui.chart.smooth import step_weight
+from ddptui.chart.view import ChartView, Drawn, Run, centred, panned, zoomed
+from ddptui.insight.marks import Mark
 from ddptui.tui.overlay import Overlay
 
 #: The metrics `c` cycles through, in order; others the run reports follow them.
@@ -27,7 +38,28 @@ PREFERRED = ("loss", "eval_loss", "samples_per_s", "tokens_per_s", "step_time_s"
 COLOURS = ("cyan", "magenta", "yellow", "green", "blue", "red", "bright_cyan",
            "bright_magenta", "bright_yellow", "bright_green", "bright_blue", "bright_red")
 _SERIES = tuple(Style(color=c) for c in COLOURS)
-_STYLES: dict[int, Style | None] = {PLAIN: None, DIM: Style(dim=True), BOLD: Style(bold=True)}
+_FAINT = tuple(Style(color=c, dim=True) for c in COLOURS)
+_STYLES: dict[int, Style | None] = {PLAIN: None, DIM: Style(dim=True), BOLD: Style(bold=True),
+                                    MARK: Style(color="red", bold=True)}
+#: The chart's keys, bound on the dashboard's screen (``screen.``: they work wherever the
+#: focus is); the help lists them under the chart.
+CHART_KEYS = [
+    Binding("minus", "smoothing(-1)", "Chart: less smoothing (TensorBoard's EMA weight)",
+            show=False),
+    Binding("plus,equals_sign", "smoothing(1)", "Chart: more smoothing", show=False),
+    Binding("z", "zoom(0.5)", "Chart: zoom in on the steps", show=False),
+    Binding("Z", "zoom(2)", "Chart: zoom out", show=False),
+    Binding("less_than_sign", "pan(-0.25)", "Chart: earlier steps", show=False),
+    Binding("greater_than_sign", "pan(0.25)", "Chart: later steps", show=False),
+    Binding("0", "zoom(0)", "Chart: every step", show=False),
+    Binding("exclamation_mark", "next_mark", "Next spike or NaN: in the chart and the log",
+            show=False),
+]
+#: A compared chart's keys (``ddptui.tui.compare``), bound beside the chart's.
+COMPARE_KEYS = [
+    Binding("A", "compare_view('align')", "Align by step/samples/tokens/time", show=False),
+    Binding("D", "compare_view('difference')", "The difference A − B on/off", show=False),
+]
 
 
 def metric_cycle(available: Sequence[str]) -> list[str]:
@@ -36,25 +68,40 @@ def metric_cycle(available: Sequence[str]) -> list[str]:
 
 
 class MetricsPane(Widget):
-    metric: reactive[str] = reactive("loss", init=False)
-    log_scale: reactive[bool] = reactive(False, init=False)
+    view: reactive[ChartView] = reactive(ChartView(), init=False)
+    """The series shown and how: smoothing, log scale, the steps' window."""
     overlay: reactive[Overlay | None] = reactive(None, init=False, always_update=True)
     """A past run's series, drawn dimmed under those of the same name; None: none."""
+
+    class ViewChanged(Message):
+        """The view changed: the screen has the chart drawn again now."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.plotted: dict[int, int] = {}
         self.dirty = True
         self._rows: list[Strip] = []
+        self.drawn = Drawn([])
+        """The last chart shown: its steps' extent and marks, for the keys."""
+        self.memo = ChartMemo()
+        """What the charts built in the dashboard (a store shown alone) keep between redraws;
+        the engine keeps its own for a run's."""
+        self._mark = -1  # the mark ``!`` went to last
 
-    def watch_metric(self) -> None:
+    def watch_view(self) -> None:
         self.dirty = True
-
-    def watch_log_scale(self) -> None:
-        self.dirty = True
+        self.post_message(self.ViewChanged())
 
     def watch_overlay(self) -> None:
         self.dirty = True
+
+    @property
+    def metric(self) -> str:
+        return self.view.metric
+
+    @property
+    def log_scale(self) -> bool:
+        return self.view.log_y
 
     @property
     def compared(self) -> str | None:
@@ -66,6 +113,41 @@ class MetricsPane(Widget):
         """What the pane shows, as plain text (tests and the tmux test read it)."""
         return "\n".join(row.text for row in self._rows)
 
+    def next_metric(self, available: Sequence[str]) -> None:
+        """The next metric of ``available``, over every step."""
+        names = metric_cycle(available)
+        i = names.index(self.metric) + 1 if self.metric in names else 0
+        self.view = replace(self.view, metric=names[i % len(names)], window=None)
+        self._mark = -1
+
+    def toggle_log_scale(self) -> None:
+        self.view = replace(self.view, log_y=not self.view.log_y)
+
+    def step_smoothing(self, step: int) -> None:
+        self.view = replace(self.view, smoothing=step_weight(self.view.smoothing, step))
+
+    def zoom(self, factor: float) -> None:
+        """The window ``factor`` times as wide, about its middle; 0: every step."""
+        if factor <= 0:
+            self.view = replace(self.view, window=None)
+            return
+        self.view = zoomed(self.view, self.drawn.extent, factor)
+
+    def pan(self, fraction: float) -> None:
+        self.view = panned(self.view, self.drawn.extent, fraction)
+
+    def next_mark(self) -> Mark | None:
+        """The next spike or NaN after the last one gone to (the first again after the
+        last), centred in the window; None when the chart has none."""
+        marks = self.drawn.marks
+        if not marks:
+            self.notify("No spike or NaN in this chart.", timeout=3)
+            return None
+        self._mark = (self._mark + 1) % len(marks)
+        mark = marks[self._mark]
+        self.view = centred(self.view, self.drawn.extent, mark.step)
+        return mark
+
     def on_resize(self) -> None:
         self.dirty = True
 
@@ -75,15 +157,23 @@ class MetricsPane(Widget):
             return Strip.blank(self.content_size.width)
         return rows[y]
 
-    def show(self, rows: list[Strip], plotted: dict[int, int]) -> None:
+    def show(self, rows: list[Strip], drawn: Drawn) -> None:
         width = self.content_size.width  # cut and measured once here, not on every paint
         self._rows = [row.crop_extend(0, width, None) for row in rows]
-        self.plotted = plotted
+        self.plotted = drawn.plotted
+        self.drawn = drawn
         self.dirty = False
         self.refresh()
 
 
+def _style(code: int) -> Style | None:
+    if code >= 0:
+        return _SERIES[code % len(_SERIES)]
+    if code <= FAINT:
+        return _FAINT[(FAINT - code) % len(_FAINT)]
+    return _STYLES[code]
+
+
 def strips(rows: list[list[Run]]) -> list[Strip]:
     """Strips built directly from segments (no Text to re-measure on every paint)."""
-    return [Strip([Segment(text, _STYLES[code] if code < 0 else _SERIES[code % len(_SERIES)])
-                   for text, code in row]) for row in rows]
+    return [Strip([Segment(text, _style(code)) for text, code in row]) for row in rows]

@@ -146,6 +146,12 @@ class NodesTable(WithQuietScrollbar, ScrollView, can_focus=True):
     def row(self, key: str) -> Row:
         return self._rows[self._index[key]]
 
+    @property
+    def cursor_key(self) -> str:
+        """The key of the row under the cursor (``n:NODE``, ``r:RANK``); "" with no rows."""
+        keys = self.row_keys
+        return keys[self.cursor_row] if 0 <= self.cursor_row < len(keys) else ""
+
     # -- drawing ---------------------------------------------------------------------------
 
     def notify_style_update(self) -> None:

@@ -68,3 +68,9 @@ def test_slurm_launch_bench_one_node() -> None:
     out = bench("slurm_launch.py", "--sizes", "1", "--rounds", "1")
     assert "srun torchrun" in out and re.search(r"^\s+1\s+2\s+[\d.]+s\s+[\d.]+s\s+[\d.]+x", out,
                                                  re.M), out[-2000:]
+
+
+def test_chart_bench_small() -> None:
+    out = bench("chart.py", "--points", "100000", "--rounds", "1")
+    assert "next redraw (smoothed)" in out and "x baseline" in out
+    assert "drawn by ddptui: yes" in out

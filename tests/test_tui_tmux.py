@@ -144,7 +144,8 @@ def test_the_chart_draws_a_user_scripts_own_loss_lines(tmp_path: Path) -> None:
         run_id = m.group(1) if m else ""
         screen = wait_screen(session, lambda s: "● finished" in s, "the run's end", 60)
         title = next(line for line in screen.splitlines() if "loss by step" in line)
-        assert title.split("▏")[-1].split() == ["loss", "by", "step", "(nanoGPT)", "r0"]
+        assert title.split("▏")[-1].split() == ["loss", "by", "step", "(nanoGPT)", "smoothing",
+                                                "0.60", "r0"]
         assert "    4.2┤" in screen, screen  # the top of the y axis: the first loss, 4.2000
         assert "no points yet" not in screen
         tmux("send-keys", "-t", session, "q")  # finished: q ends the dashboard at once

@@ -260,6 +260,9 @@ class Stall:
     after_error: bool = False
     """Not a stall (``stalled`` is False): silent past the threshold, but its last line was
     an error, which says more than its silence."""
+    step_gap_s: float | None = None
+    """Judged on its steps, not its silence: the run's median time between step reports, and
+    ``idle_s`` the time since the rank's last step."""
 
 
 # Events are never changed once made, but they are not ``frozen``: a frozen dataclass is built

@@ -162,6 +162,8 @@ class HealthConfig:
     stall_after: float = field(default=120.0, metadata=key(
         v.seconds(above_zero=True), hints=("stall_timeout", "hang_after")))
     """Seconds without a line or metric from a rank before it is marked stalled."""
+    stall_steps: float = field(default=50.0, metadata=key(v.FRACTION, hints=("step_stall",)))
+    """Times the run's median step gap a rank may go without a step (≥ 30 s or stall_after)."""
     straggler_fraction: float = field(default=0.25, metadata=key(
         v.FRACTION, hints=("straggler",)))
     """Not read: stragglers come from per-rank timing (docs/metrics.md); kept so files load."""

@@ -14,10 +14,26 @@ rank that never reached a collective: the others wait inside it and go quiet too
 report progress with step metrics, a rank that never reported one (many scripts print on
 rank 0 only) is silent by design, so it is judged only with the others, when the whole run
 stops.
+
+A rank that reports steps also stalls when no step came for ``stall_steps`` times the run's
+median time between step reports (and at least :data:`STEP_FLOOR_S`, or ``stall_after``
+when that is less), whatever else it prints: a run of 0.2 s steps stuck for 30 s is told
+then, not after ``stall_after`` of silence, and long before NCCL's or gloo's own timeout
+(10 and 30 minutes by default) ends it. Alone when another rank's steps came in the last
+half of that; the whole run when none did. The gaps are timed by :class:`StallWatch` as it
+looks, once a second: the time between the last reports it saw, shared among the reports
+that came meanwhile, counted as the step's advance over the steps a report moves it by (the
+greatest common divisor of the steps seen: 10 for Megatron's ``iteration 10, 20, ...``; an
+epoch fraction counts as one report). That count errs low, never high (steps of 1 seen only
+at multiples of 10 look like reports every 10), so a gap is never taken for shorter than it
+is and a stall is told late rather than wrongly.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -28,6 +44,11 @@ from ddptui.store.views import NodeView, RankView
 DEFAULTS = HealthConfig()
 #: Two times that stand for one moment, after a subtraction's rounding.
 _SAME_S = 1e-3
+#: The least time without a step that is a stall: an evaluation or a checkpoint of a run of
+#: fast steps takes a few seconds, and a flood's gaps read as near 0.
+STEP_FLOOR_S = 30.0
+#: Gaps kept per rank, and how many it takes before they count.
+_GAPS, _GAPS_NEEDED = 16, 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +61,8 @@ class RankHealth:
     """Every running rank stopped together."""
     after_error: bool = False
     """Silent past the threshold after an error: told as no stall (``Stall.after_error``)."""
+    on_steps: bool = False
+    """Stalled on its steps (no step for ``stall_steps`` gaps), not on its silence."""
 
     @property
     def mark(self) -> str:
@@ -62,8 +85,10 @@ def assess(
     *,
     live_nodes: set[str],
     config: HealthConfig = DEFAULTS,
+    step_gap: float | None = None,
 ) -> dict[int, RankHealth]:
-    """Health of every rank; only ranks on live (running) nodes can stall or straggle."""
+    """Health of every rank; only ranks on live (running) nodes can stall or straggle.
+    ``step_gap``: the run's median time between step reports, when known."""
     ranks = list(ranks)
     live = [r for r in ranks if r.node in live_nodes]
     idle: dict[int, float | None] = {}
@@ -84,8 +109,33 @@ def assess(
         straggler = r.straggler
         alone = going and (not steppers or r.last_step is not None)
         stalled = r.rank in quiet and (whole or alone)
-        out[r.rank] = RankHealth(straggler, stalled, idle[r.rank], stalled and whole)
+        health = RankHealth(straggler, stalled, idle[r.rank], stalled and whole)
+        if not stalled and step_gap is not None:
+            floor = min(STEP_FLOOR_S, config.stall_after)
+            health = _on_steps(r, live, now, max(floor, config.stall_steps * step_gap), health)
+        out[r.rank] = health
     return out
+
+
+def _on_steps(r: RankView, live: Sequence[RankView], now: float, after: float,
+              health: RankHealth) -> RankHealth:
+    """``health`` stalled on its steps when rank ``r``'s last step is ``after`` seconds old:
+    alone while another rank's steps came in the last half of that, else with the whole run
+    (every rank that reports steps stopped)."""
+    if r.last_step_time is None or now - r.last_step_time <= after:
+        return health
+    steps = [x.last_step_time for x in live if x.last_step_time is not None]
+    whole = all(now - t > after for t in steps)
+    if not whole and not any(now - t <= after / 2 for t in steps):
+        return health  # the others stop a read apart: not one alone, not yet all
+    return RankHealth(health.straggler, True, now - r.last_step_time, whole, on_steps=True)
+
+
+def median_gap(gaps: dict[int, deque[float]]) -> float | None:
+    """The run's median time between step reports: the median of each rank's median, over
+    the ranks with a few gaps timed."""
+    medians = [statistics.median(g) for g in gaps.values() if len(g) >= _GAPS_NEEDED]
+    return statistics.median(medians) if medians else None
 
 
 class StallWatch:
@@ -105,13 +155,20 @@ class StallWatch:
         self.stalled: dict[int, Stall] = {}
         #: Ranks told silent after an error, until they are heard from again.
         self.excused: dict[int, Stall] = {}
+        #: Per rank: its last step and that report's time at the last look, the steps a
+        #: report moves it by (int steps), and the time between its reports since.
+        self._seen: dict[int, tuple[int | float, float]] = {}
+        self._stride: dict[int, int] = {}
+        self.gaps: dict[int, deque[float]] = {}
 
     def update(self, ranks: Iterable[RankView], now: float, live_nodes: set[str],
                ending: Iterable[int] = ()) -> list[Stall]:
         gone = set(ending)
         everyone = list(ranks)
+        self._time_steps(everyone)
         ranks = [r for r in everyone if r.rank not in gone]
-        health = assess(ranks, now, live_nodes=live_nodes, config=self.config)
+        health = assess(ranks, now, live_nodes=live_nodes, config=self.config,
+                        step_gap=median_gap(self.gaps))
         out: list[Stall] = []
         # The rank heard from longest ago first: in a whole-run stall, the likeliest culprit.
         for r in sorted(everyone, key=lambda r: (last_heard(r) or now, r.rank)):
@@ -122,7 +179,8 @@ class StallWatch:
             h = health[r.rank]
             was = self.stalled.get(r.rank)
             if h.stalled and was is None:
-                ev = Stall(r.node, r.rank, now, True, h.idle_s or 0.0, h.whole_run)
+                ev = Stall(r.node, r.rank, now, True, h.idle_s or 0.0, h.whole_run,
+                           step_gap_s=median_gap(self.gaps) if h.on_steps else None)
                 self.stalled[r.rank] = ev
                 out.append(ev)
             elif not h.stalled and was is not None:
@@ -131,6 +189,24 @@ class StallWatch:
                 if going is not None:
                     out.append(going)
         return out
+
+    def _time_steps(self, ranks: Iterable[RankView]) -> None:
+        """The gaps between each rank's step reports since the last look (the module's
+        docstring says how they are counted); steps that went back start afresh."""
+        for r in ranks:
+            step, at = r.last_step, r.last_step_time
+            if step is None or at is None:
+                continue
+            seen = self._seen.get(r.rank)
+            self._seen[r.rank] = (step, at)
+            if isinstance(step, int):
+                self._stride[r.rank] = math.gcd(self._stride.get(r.rank, 0), step)
+            if seen is None or at <= seen[1] or step <= seen[0]:
+                continue
+            stride = self._stride.get(r.rank, 0)
+            whole = isinstance(step, int) and isinstance(seen[0], int) and stride > 0
+            reports = (step - seen[0]) / stride if whole else 1.0
+            self.gaps.setdefault(r.rank, deque(maxlen=_GAPS)).append((at - seen[1]) / reports)
 
     def _ending(self, r: RankView, now: float, live_nodes: set[str]) -> list[Stall]:
         """A rank whose last line is an error: a stall it was in ends (the error is a line),
@@ -149,9 +225,10 @@ class StallWatch:
 
 
 def _going_again(r: RankView, was: Stall, now: float, live_nodes: set[str]) -> Stall | None:
-    heard = last_heard(r)
+    heard = last_heard(r) if was.step_gap_s is None else r.last_step_time
     if r.node in live_nodes and heard is not None and heard > was.time - was.idle_s:
-        return Stall(r.node, r.rank, now, False, heard - (was.time - was.idle_s), was.whole_run)
+        return Stall(r.node, r.rank, now, False, heard - (was.time - was.idle_s), was.whole_run,
+                     step_gap_s=was.step_gap_s)
     return None
 
 
@@ -197,17 +274,34 @@ def stall_text(ev: Stall) -> str:
     who = f"rank {ev.rank} on {ev.node}"
     if ev.after_error:
         return after_error_text([ev])
+    nothing = "a line or metric" if ev.step_gap_s is None else "a step"
     if not ev.stalled:
-        return f"{who} is going again after {ev.idle_s:.0f} s without a line or metric"
+        return f"{who} is going again after {ev.idle_s:.0f} s without {nothing}"
     if ev.whole_run:
         return whole_run_text([ev])
+    if ev.step_gap_s is not None:
+        return (f"{who} stalled: no step for {ev.idle_s:.0f} s, {_times(ev)} while the "
+                "other ranks go on")
     return (f"{who} stalled: no line or metric for {ev.idle_s:.0f} s while the other ranks "
             "go on")
+
+
+def _times(ev: Stall) -> str:
+    """``60 times the run's usual 0.5 s between steps,``"""
+    gap = ev.step_gap_s or 0.0
+    many = f"{ev.idle_s / gap:.0f} times" if gap > 0 else "long past"
+    return f"{many} the run's usual {gap:.2g} s between steps,"
 
 
 def whole_run_text(stalls: Sequence[Stall]) -> str:
     """The ranks of a whole-run stall, in one sentence: a line a rank would drown 128 ranks."""
     idle = max(s.idle_s for s in stalls)
+    on_steps = [s for s in stalls if s.step_gap_s is not None]
+    if on_steps:
+        times = _times(max(on_steps, key=lambda s: s.idle_s))[:-1]
+        return (f"the whole run stalled: no step for {idle:.0f} s, {times} ({_where(stalls)});"
+                " the ranks still print, so they wait on something (data, a file, a "
+                "checkpoint, a collective): their Python stacks show where")
     return (f"the whole run stalled: no rank has printed a line or metric for {idle:.0f} s "
             f"({_where(stalls)}); one rank is likely stuck before a collective the others "
             "wait in, and its Python stack shows which")

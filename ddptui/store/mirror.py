@@ -248,7 +248,7 @@ def event_record(ev: NodeState | Failure | LogLine | Stall) -> dict[str, Any]:
     if isinstance(ev, Stall):
         return {"type": "stall", "node": ev.node, "rank": ev.rank, "time": ev.time,
                 "stalled": ev.stalled, "idle_s": ev.idle_s, "whole_run": ev.whole_run,
-                "after_error": ev.after_error}
+                "after_error": ev.after_error, "step_gap_s": ev.step_gap_s}
     if isinstance(ev, NodeState):
         return {"type": "node_state", "node": ev.node, "status": str(ev.status), "time": ev.time,
                 "detail": ev.detail, "pid": ev.pid, "exit_code": ev.exit_code,

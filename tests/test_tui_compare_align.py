@@ -12,14 +12,15 @@ from replay import T0
 from test_tui_app import make_app, settle, toasts
 from test_tui_compare import dimmed_dots, runs_of, write_run
 
+from ddptui.chart.view import ChartView
 from ddptui.events import Metric
 from ddptui.metrics.align import Axis
 from ddptui.store import rundir
 from ddptui.store.store import Store
 from ddptui.tui.compare import changed, compare_chart
-from ddptui.tui.dashboard import DashboardScreen
 from ddptui.tui.overlay import Overlay, build_overlay
 from ddptui.tui.screens.help import HelpScreen
+from ddptui.tui.widgets.metrics_pane import COMPARE_KEYS
 
 STEPS = range(1, 201)
 
@@ -72,34 +73,40 @@ def test_the_keys_cycle_the_axis_and_toggle_the_difference() -> None:
 
 
 def test_by_step_the_chart_is_as_before_compare_had_axes() -> None:
-    rows, plotted = compare_chart(new_store(None), overlay(), "loss", False, 80, 20)
-    assert title(rows).startswith("loss by step r0 vs old-run") and plotted[0] > 0
+    drawn = compare_chart(new_store(None), overlay(), ChartView("loss"), 80, 20)
+    rows, plotted = drawn.rows, drawn.plotted
+    assert title(rows).startswith("loss by step smoothing 0.60 r0 vs old-run") and plotted[0] > 0
 
 
 def test_by_samples_the_title_says_so_and_both_runs_span_the_same_x() -> None:
-    rows, _ = compare_chart(new_store(None), overlay(Axis.SAMPLES), "loss", False, 80, 20)
-    assert title(rows).startswith("loss aligned by samples r0 vs old-run")
+    rows = compare_chart(new_store(None), overlay(Axis.SAMPLES), ChartView("loss"), 80,
+                         20).rows
+    assert title(rows).startswith("loss aligned by samples smoothing 0.60 r0 vs old-run")
     assert rows[-1][0][0].split() == ["64", "25600"]  # B's samples reach 200 x 128
 
 
 def test_an_axis_a_run_lacks_is_step_with_the_reason_in_the_title() -> None:
-    rows, _ = compare_chart(new_store(None), overlay(Axis.TOKENS), "loss", False, 120, 20)
-    assert title(rows) == "loss aligned by step r0 vs old-run (no tokens in new-run or old-run)"
-    rows, _ = compare_chart(new_store(None), overlay(Axis.TIME), "loss", False, 120, 20)
+    rows = compare_chart(new_store(None), overlay(Axis.TOKENS), ChartView("loss"), 120,
+                         20).rows
+    assert title(rows) == ("loss aligned by step smoothing 0.60 r0 vs old-run "
+                           "(no tokens in new-run or old-run)")
+    rows = compare_chart(new_store(None), overlay(Axis.TIME), ChartView("loss"), 120,
+                         20).rows
     assert title(rows).endswith(" (no recorded times in new-run)")
 
 
 def test_the_difference_is_one_curve_named_in_the_title() -> None:
-    rows, plotted = compare_chart(new_store(None), overlay(Axis.SAMPLES, True), "loss",
-                                  False, 160, 20)
+    drawn = compare_chart(new_store(None), overlay(Axis.SAMPLES, True), ChartView("loss"), 160,
+                          20)
+    rows, plotted = drawn.rows, drawn.plotted
     assert title(rows).startswith(
-        "loss A − B: r0 of new-run − r0 of old-run, aligned by samples r0")
+        "loss A − B: r0 of new-run − r0 of old-run, aligned by samples smoothing 0.60 r0")
     assert plotted == {0: 200 - 1}  # A's 200 x but the first (64), before B's first (128)
     # A − B at equal samples: (10 - s/40) - (30 - (s/2)/20) = -20: a flat line at -20
     labels = [r[0][0].strip() for r in rows[1:-2]]
     assert [x for x in labels if x != "│"] == ["-19.5┤", "-20┤", "-20.5┤"]
-    rows, _ = compare_chart(new_store(None), overlay(Axis.STEP, True), "eval_loss", False, 80,
-                            20)
+    rows = compare_chart(new_store(None), overlay(Axis.STEP, True), ChartView("eval_loss"),
+                         80, 20).rows
     assert "(new-run has no eval_loss)" in title(rows)
 
 
@@ -120,15 +127,17 @@ async def _keys(tmp_path: Path) -> None:
         await pilot.press("C", "enter")
         await settle(pilot, app)
         assert chart.compared == "old-run" and dimmed_dots(chart) > 20
-        assert chart.text.splitlines()[0].startswith("loss by step r0 vs old-run")
+        assert chart.text.splitlines()[0].startswith("loss by step smoothing 0.60 r0 vs old-run")
         await pilot.press("A")
         await settle(pilot, app)
-        assert chart.text.splitlines()[0].startswith("loss aligned by samples r0 vs old-run")
+        assert chart.text.splitlines()[0].startswith(
+            "loss aligned by samples smoothing 0.60 r0 vs old-run")
         assert "Aligned by samples where both runs print them" in toasts(app)
         await pilot.press("A", "A")  # tokens (neither prints them: by step), then time
         await settle(pilot, app)
         first = chart.text.splitlines()[0]
-        assert first.startswith("loss aligned by seconds r0 vs old-run") and "(" not in first
+        assert first.startswith("loss aligned by seconds smoothing 0.60 r0 vs old-run")
+        assert "(" not in first
         assert chart.text.splitlines()[-1].split() == ["1", "400"]  # B's last step at 400 s
         await pilot.press("D")
         await settle(pilot, app)
@@ -140,7 +149,7 @@ async def _keys(tmp_path: Path) -> None:
         await pilot.press("question_mark")
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
-        assert ("A compared chart", DashboardScreen.BINDINGS) in app.screen.sections
+        assert ("A compared chart", COMPARE_KEYS) in app.screen.sections
 
 
 def test_the_compared_charts_keys(tmp_path: Path) -> None:

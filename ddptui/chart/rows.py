@@ -136,6 +136,7 @@ def _layers(view: ChartView, ranks: Sequence[int], series: SeriesFn, plot_w: int
             marks += followed.marks.with_counts(counts)
     marks.sort(key=lambda m: m.step)
     spans = [(xs[0], xs[-1]) if not f.backs else (min(xs), max(xs)) for xs, _, f in found]
+    spans += [(min(xs), max(xs)) for xs, _ in past if xs]  # the axis spans both runs
     if not spans:
         return names, [], [], None, marks
     first, end = min(a for a, _ in spans), max(b for _, b in spans)

@@ -8,10 +8,11 @@ import math
 import random
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ddptui.chart.downsample import bin_columns
+from ddptui.chart.memo import ChartMemo
 from ddptui.chart.rows import MARK, chart_rows, faint
 from ddptui.chart.smooth import DEFAULT_WEIGHT, WEIGHTS, ema, step_weight
 from ddptui.chart.view import ChartView, centred, panned, zoomed
@@ -218,3 +219,59 @@ def test_a_sparkline_leaves_non_finite_values_out() -> None:
 
     assert sparkline([1.0, math.nan, 2.0, math.inf], 8) == "▁█"
     assert sparkline([math.nan], 8) == ""
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 700), st.booleans(), st.sampled_from(WEIGHTS[:4]),
+                          st.integers(0, 2)), min_size=1, max_size=8),
+       st.integers(0, 2**32))
+def test_a_redraw_from_the_memo_is_the_chart_computed_afresh(
+        growth: list[tuple[int, bool, float, int]], seed: int) -> None:
+    """A series grown at its end (a step's value replaced now and then, a NaN or a spike
+    here and there), the smoothing changed between redraws: the memo's chart is the one
+    computed from nothing, row for row, mark for mark."""
+    rnd = random.Random(seed)
+    xs: list[int | float] = []
+    ys: list[float] = []
+    memo = ChartMemo()
+    for new, replace_last, weight, zoom in growth:
+        for _ in range(new):
+            xs.append(len(xs))
+            y = 1.0 + rnd.random() * 0.1
+            ys.append(rnd.choice([y, y, y, y, y * 8, math.nan]) if rnd.random() < 0.05 else y)
+        if replace_last:
+            ys[-1] = rnd.random()
+        view = ChartView(smoothing=weight,
+                         window=None if not zoom else (len(xs) / 4, len(xs) / 4 * (1 + zoom)))
+
+        def fn(rank: int, name: str) -> tuple[list[int | float], list[float]]:
+            return (list(xs), list(ys)) if name == "loss" else ([], [])
+
+        kept, fresh = (chart_rows(view, [0], fn, 60, 16, memo=memo),
+                       chart_rows(view, [0], fn, 60, 16))
+        assert (kept.rows, kept.plotted, kept.extent) == (fresh.rows, fresh.plotted,
+                                                          fresh.extent)
+        assert [m.text for m in kept.marks] == [m.text for m in fresh.marks]
+
+
+def test_a_bounded_series_dropping_its_oldest_points_keeps_its_history() -> None:
+    """The store's series keep their newest points: the memo finds the last point it saw,
+    drops as many from its front, and goes on; its smoothing and marks are those of every
+    point it saw (TensorBoard's over the points it holds: the same once the dropped weigh
+    nothing)."""
+    rng = random.Random(5)
+    history = [1.0 + rng.random() * 0.1 for _ in range(3_000)]
+    history[2_500] = 9.0
+    memo = ChartMemo()
+    window = 1_000
+    for end in (1_200, 2_000, 2_900):  # each window holds the last point seen before
+        xs, ys = list(range(end - window, end)), history[end - window:end]
+        followed = memo.follow(0, "loss", xs, ys, 0.6)
+        assert followed.count == window
+    smoothed = followed.smoothed(ys)
+    seen = history[200:2_900]  # from the first point the memo saw
+    assert same(list(smoothed), ema(seen, 0.6)[-window:])
+    assert same(list(smoothed)[200:], ema(ys, 0.6)[200:])  # the dropped weigh nothing there
+    assert [(m.kind, m.step) for m in followed.marks.marks] == [
+        (m.kind, m.step + 200) for m in find_marks(0, list(range(2_700)), seen)
+        if m.step + 200 >= 1_900] == [(MarkKind.SPIKE, 2_500)]

@@ -265,10 +265,25 @@ class Stall:
     ``idle_s`` the time since the rank's last step."""
 
 
+@dataclass(slots=True)
+class StackCount:
+    """One node's burst of sampled stacks (``ddptui.live.stack_sampler``), counted on the
+    node: rank -> (samples, of them inside a collective or its wait); ``problem`` says why it
+    has none (no py-spy, ptrace refused). Judged by ``ddptui.insight.straggler``."""
+
+    node: str
+    time: float
+    round: int
+    counts: dict[int, tuple[int, int]]
+    problem: str = ""
+    cost: str = ""  # what the sampling cost, said with its findings
+
+
 # Events are never changed once made, but they are not ``frozen``: a frozen dataclass is built
 # through object.__setattr__ per field, four times slower, and readers make 50k lines a second.
 #: NodeSample: a node's telemetry (``ddptui.telemetry``), applied and sent as the others are.
-Event = NodeState | LogLine | LineRun | Metric | MetricRun | Failure | Stall | NodeSample
+Event = (NodeState | LogLine | LineRun | Metric | MetricRun | Failure | Stall | NodeSample
+         | StackCount)
 
 _GLOG_FIRST = frozenset("IWEF")
 _GLOG_RE = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")

@@ -176,6 +176,10 @@ class HealthConfig:
     telemetry: bool = field(default=True, metadata=key(
         v.BOOL, hints=("monitor", "sampling", "nvidia_smi")))
     """Sample each node's GPUs, CPU and network every second (false: no sampler on the nodes)."""
+    stack_sample_every: float = field(default=60.0, metadata=key(
+        v.seconds(above_zero=False), hints=("stack_sampling", "py_spy", "sample_stacks")))
+    """Seconds between rounds of the ranks' sampled stacks (py-spy), from which a straggler is
+    named for any script (`docs/metrics.md`, "What the curves tell"); 0: none taken."""
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from ddptui.events import (
     NodeState,
     NodeStatus,
     Source,
+    StackCount,
     Stall,
 )
 from ddptui.metrics.bulk import made
@@ -162,14 +163,15 @@ def gather(events: Iterable[Event], nodes: Sequence[str] = ()) -> RunFacts:
 
 def _read(events: Iterable[Event]) -> Iterator[NodeState | LogLine | Metric | Failure]:
     """The events as the rules read them: a run of lines or of metric lines as its lines or
-    points (the rules read lines and steps, not how they travelled); telemetry samples and
-    ddptui's own stall marks are no evidence, and carry no attempt to sort them by."""
+    points (the rules read lines and steps, not how they travelled); telemetry samples,
+    sampled stacks' counts and ddptui's own stall marks are no evidence, and carry no attempt
+    to sort them by."""
     for ev in events:
         if isinstance(ev, MetricRun):
             yield from made(ev)
         elif isinstance(ev, LineRun):
             yield from ev.lines()
-        elif not isinstance(ev, Stall | NodeSample):
+        elif not isinstance(ev, Stall | NodeSample | StackCount):
             yield ev
 
 

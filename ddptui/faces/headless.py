@@ -23,6 +23,7 @@ from ddptui.events import (
     NodeState,
     NodeStatus,
     Source,
+    StackCount,
     Stall,
     format_metric,
 )
@@ -87,7 +88,8 @@ class Printer:
                 stalls.append(ev)
         parts.extend(f"[{s.node} ddptui] {'⚠ ' if s.stalled or s.after_error else ''}{text}"
                      for s, text in stall_texts(stalls))
-        if self.store is not None and any(type(ev) in (Metric, MetricRun) for ev in batch.events):
+        if self.store is not None and any(type(ev) in (Metric, MetricRun, StackCount)
+                                          for ev in batch.events):
             found = self.store.insight().findings
             parts.extend(f"[{f.node} ddptui] ⚠ {f.text}" for f in found[self.told:])
             self.told = len(found)

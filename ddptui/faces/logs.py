@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
 from typing import TextIO
 
-from ddptui.events import JSON, LogLine, Metric
+from ddptui.events import JSON, LogLine, Metric, StackCount
 from ddptui.nodelog import NodeLogParser
 from ddptui.store import rundir
 from ddptui.store.runs import (
@@ -168,8 +169,25 @@ def curves_report(run_dir: Path, meta: dict[str, JSON] | None = None) -> str:
         return ""
     if last is not None:
         judge.add(last.rank, last.node, last.step, record, last.time)
+    for ev in _stack_counts(run_dir):  # the sampled stacks' counts (events.jsonl)
+        judge.add_stacks(ev.node, ev.round, ev.counts, ev.problem, ev.cost)
     judge.judge(final=True)
     return insight_report(judge.told())
+
+
+def _stack_counts(run_dir: Path) -> list[StackCount]:
+    """The run's sampled stacks' counts, as its mirror wrote them (``store/mirror.py``)."""
+    out = []
+    try:
+        with open(run_dir / rundir.EVENTS, encoding="utf-8") as f:
+            for line in f:
+                if '"stacks"' in line and (rec := json.loads(line)).get("type") == "stacks":
+                    out.append(StackCount(rec["node"], rec["time"], rec["round"], {
+                        int(r): (int(c[0]), int(c[1])) for r, c in rec["counts"].items()},
+                        rec.get("problem") or "", rec.get("cost") or ""))
+    except (OSError, ValueError, KeyError, TypeError):
+        return out
+    return out
 
 
 def check_one(base: Path, run_id: str, meta: dict[str, JSON], out: TextIO) -> dict[str, JSON]:

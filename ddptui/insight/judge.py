@@ -24,7 +24,7 @@ from typing import Generic, TypeVar
 
 from ddptui.insight.divergence import DivergenceWatch
 from ddptui.insight.marks import MarkFinder, MarkKind
-from ddptui.insight.straggler import Evidence, Straggle, StragglerWatch
+from ddptui.insight.straggler import Evidence, StackStraggle, StackWatch, Straggle, StragglerWatch
 from ddptui.metrics.recognizers import NAN_COUNT
 
 #: Steps the slowest rank may lag the newest before a step is judged without it.
@@ -112,7 +112,8 @@ class Judge:
     _arrival: _Pending[float] = field(default_factory=_Pending)
     _compute: _Pending[tuple[float, float | None]] = field(default_factory=_Pending)
     _stragglers: dict[Evidence, StragglerWatch] = field(default_factory=lambda: {
-        e: StragglerWatch(e) for e in Evidence})
+        e: StragglerWatch(e) for e in (Evidence.COMPUTE, Evidence.ARRIVAL)})
+    stacks: StackWatch = field(default_factory=StackWatch)
     _marks: dict[tuple[int, str], MarkFinder] = field(default_factory=dict)
     _nans: dict[tuple[int, str], int] = field(default_factory=dict)
     _spikes: dict[tuple[int, str], int] = field(default_factory=dict)
@@ -136,6 +137,11 @@ class Judge:
         if compute is not None and math.isfinite(compute):
             wait = values.get(WAIT)
             self._compute.put(step, rank, (compute, wait))
+
+    def add_stacks(self, node: str, round_no: int, counts: Mapping[int, tuple[int, int]],
+                   problem: str = "", cost: str = "") -> None:
+        """One node's burst of sampled stacks: rank -> (samples, inside a collective)."""
+        self.stacks.add(node, round_no, counts, problem, cost)
 
     def _mark(self, rank: int, node: str, step: float, name: str, v: float) -> None:
         key = (rank, name)
@@ -204,7 +210,29 @@ class Judge:
                 self._shared_steps += 1
             if step not in computed:
                 self._straggle(self._stragglers[Evidence.ARRIVAL].step(step, times))
+        for found in self.stacks.judge(final):
+            if self._stacks_tell():
+                self._stack_straggle(found)
         return self.findings[first:]
+
+    def _stacks_tell(self) -> bool:
+        """Stacks name a straggler only where the ranks' own timing does not: no compute
+        times, and no straggler named by the lines' arrival."""
+        return (not self._stragglers[Evidence.COMPUTE].judged
+                and not self._stragglers[Evidence.ARRIVAL].chronic)
+
+    def _stack_straggle(self, s: StackStraggle) -> None:
+        node = self.nodes.get(s.rank, "?")
+        step = max(self._arrival.latest.values(), default=0.0)
+        if s.chronic:
+            self.findings.append(Finding(Kind.STRAGGLER, s.rank, node, step,
+                                         _stack_text(s, node, self.stacks.cost)))
+        else:
+            self.findings.append(Finding(
+                Kind.BEHIND_ONCE, s.rank, node, step,
+                f"rank {s.rank} (node {node}) fell behind once, in one of {s.judged} rounds of "
+                "sampled stacks: the others waited inside a collective for it there, and not "
+                "in the rounds after"))
 
     def _straggle(self, found: list[Straggle]) -> None:
         for s in found:
@@ -225,8 +253,12 @@ class Judge:
             out.update(self._stragglers[e].standing())
         return out
 
+    def stack_stragglers(self) -> set[int]:
+        return set(self.stacks.standing()) if self._stacks_tell() else set()
+
     def told(self) -> Told:
-        return Told(tuple(self.findings), tuple(self.summary()), frozenset(self.stragglers()))
+        return Told(tuple(self.findings), tuple(self.summary()),
+                    frozenset(self.stragglers()) | self.stack_stragglers())
 
     def summary(self) -> list[str]:
         """Every finding in step order, with how often a NaN or a spike came again, and what
@@ -241,11 +273,14 @@ class Judge:
             for watch in self._stragglers.values():  # its figures over the whole run
                 if f.kind is Kind.STRAGGLER and (s := watch.chronic.get(f.rank)) is not None:
                     text = _chronic_text(watch.now(s), f.node)
+            if f.kind is Kind.STRAGGLER and f.rank in self.stacks.chronic:
+                text = _stack_text(self.stacks.now(f.rank, 0), f.node, self.stacks.cost)
             out.append(text)
         for (rank, name), n in self._spikes.items():
             if n > SPIKES_SAID:
                 out.append(f"rank {rank} (node {self.nodes.get(rank, '?')}): {name} spiked "
                            f"{n - SPIKES_SAID} more time(s)")
+        out.extend(self._stacks_summary())
         if self._steppers and not self._shared_steps:
             who = ", ".join(map(str, sorted(self._steppers)))
             out.append(f"per-rank timing not revealed: only rank {who} printed its steps, so "
@@ -253,12 +288,36 @@ class Judge:
                        "compute and wait times, to have one named)")
         return out
 
+    def _stacks_summary(self) -> list[str]:
+        """What the sampled stacks could not tell: why none were taken, or that no rank
+        stands out in them (where no other evidence named one)."""
+        if self.stacks.judged == 0:
+            return [f"per-rank timing not revealed by sampled stacks: {why}"
+                    for why in sorted(set(self.stacks.problems.values()))]
+        alike = self.stacks.alike()
+        if alike is None or not self._stacks_tell():
+            return []
+        cost = f" ({self.stacks.cost})" if self.stacks.cost else ""
+        return [f"sampled stacks name no straggler: each rank was inside a collective or its "
+                f"wait in {alike[0]:.0%}–{alike[1]:.0%} of its samples, over "
+                f"{self.stacks.judged} rounds{cost}"]
+
 
 def _chronic_text(s: Straggle, node: str) -> str:
     return (f"rank {s.rank} (node {node}) is a straggler: the others waited for it at "
             f"{s.behind} of {s.judged} steps, {s.gap_s:.3g} s of each {s.period_s:.3g} s "
             f"step, judged by {s.evidence.words}; its Python stack (`ddptui stacks RUN_ID`) "
             "shows where it spends its time")
+
+
+def _stack_text(s: StackStraggle, node: str, cost: str) -> str:
+    spread = (f"{s.low:.0%}" if round(s.low, 2) == round(s.high, 2) else
+              f"{s.low:.0%}–{s.high:.0%}")
+    return (f"rank {s.rank} (node {node}) is a straggler: from {s.samples} sampled stacks of "
+            f"it, it was inside a collective or its wait in {s.share:.0%} of them, the others "
+            f"in {spread} of theirs (behind in {s.behind} of {s.judged} sampling rounds"
+            f"{'; ' + cost if cost else ''}), judged by {Evidence.STACKS.words}; its Python "
+            "stack (`ddptui stacks RUN_ID`) shows where it spends its time")
 
 
 def _not_finite(name: str, v: float, step: float) -> str:

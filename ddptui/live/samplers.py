@@ -20,6 +20,7 @@ from collections.abc import Callable
 from ddptui.config import HostsConfig
 from ddptui.events import Event, Level
 from ddptui.ingest import split_complete
+from ddptui.live.stack_sampler import StackSampler
 from ddptui.remote.reach import failures, map_at_once
 from ddptui.store import rundir
 from ddptui.telemetry import sampler
@@ -185,13 +186,17 @@ class Samplers:
 
     def __init__(self) -> None:
         self.by_node: dict[str, NodeSampler] = {}
+        self.stacks: StackSampler | None = None  # the ranks' sampled stacks, every node at once
 
     def start(self, config: HostsConfig, run_id: str, *,
               transport: Callable[[str], Transport | None], node_dir: Callable[[str], str],
               pgid: Callable[[str], int | None], publish: Callable[[str, list[Event]], None],
               note: Callable[[str, str, Level], None]) -> None:
-        """One sampler per node of ``config``; ``note`` must mask (an error may quote a
-        command)."""
+        """One sampler per node of ``config``, and the ranks' stacks sampled on all of them;
+        ``note`` must mask (an error may quote a command)."""
+        if self.stacks is None and config.health.stack_sample_every > 0:
+            self.stacks = StackSampler(config, run_id, transport, publish, note)
+            self.stacks.start()
         if self.by_node or not config.health.telemetry:
             return
         for node in config.nodes:
@@ -213,6 +218,9 @@ class Samplers:
         """End every sampler at once; node -> why one could not be ended. Nodes ``lost`` are
         not asked (they cannot answer): their samplers end by themselves, without a
         heartbeat or without the run."""
+        if self.stacks is not None:  # a round under way finds the ranks gone, or is not said
+            self.stacks.end()
+            self.stacks = None
         samplers = list(self.by_node.values())
         for s in samplers:
             s.halt.set()

@@ -9,21 +9,11 @@ seconds one dump may take. It prints one JSON line.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 
 from ddptui.nodeprog.procs import rank_pids
-
-
-def py_spy() -> str | None:
-    """py-spy on the node's PATH, else beside the interpreter."""
-    spy = shutil.which("py-spy")
-    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
-    if spy is None and os.access(beside, os.X_OK):
-        spy = beside
-    return spy
+from ddptui.nodeprog.spy import py_spy
 
 
 def dump(marker: bytes, want: set[int], timeout: float) -> dict[str, object]:

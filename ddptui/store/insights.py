@@ -7,7 +7,7 @@ runs came. Written by the store's writer and read by its readers, under the stor
 
 from __future__ import annotations
 
-from ddptui.events import Metric, MetricRun
+from ddptui.events import Event, Metric, MetricRun, StackCount
 from ddptui.insight.judge import Judge, Told
 from ddptui.metrics.bulk import made
 
@@ -19,6 +19,10 @@ class InsightBook:
 
     def add(self, ev: Metric | MetricRun) -> None:
         self._waiting.append(ev)
+
+    def add_stacks(self, ev: Event) -> None:
+        if isinstance(ev, StackCount):
+            self.judge.add_stacks(ev.node, ev.round, ev.counts, ev.problem, ev.cost)
 
     def told(self, final: bool = False) -> Told:
         """The findings so far, the run's end judged when ``final``."""

@@ -27,6 +27,7 @@ from ddptui.events import (
     MetricRun,
     NodeState,
     Source,
+    StackCount,
     Stall,
     all_view_text,
     in_all_view,
@@ -173,7 +174,7 @@ def _records_by_file(events: Iterable[Event], seq: int) -> tuple[dict[str, list[
             per_file.setdefault(rundir.METRICS, []).append(json.dumps(record(ev)))
         elif type(ev) is MetricRun:  # its lines are in the rank's log already (its LineRun)
             per_file.setdefault(rundir.METRICS, []).append(run_record(ev))
-        elif isinstance(ev, NodeState | Failure | Stall):  # samples: the store took them out
+        elif isinstance(ev, NodeState | Failure | Stall | StackCount):  # samples: taken out
             per_file.setdefault(rundir.EVENTS, []).append(json.dumps(event_record(ev)))
     if run:
         _rank_lines(run, seq, shown, shown_seqs, by_rank, per_file, seqs)
@@ -243,8 +244,12 @@ def recover_to_checkpoint(run_dir: Path) -> dict[str, int]:
     return {k: int(v) for k, v in data.get("raw_done", {}).items()}
 
 
-def event_record(ev: NodeState | Failure | LogLine | Stall) -> dict[str, Any]:
+def event_record(ev: NodeState | Failure | LogLine | Stall | StackCount) -> dict[str, Any]:
     """A JSON-able record of a non-line event, for events.jsonl and `ddptui logs`."""
+    if isinstance(ev, StackCount):  # read again by `ddptui logs` (faces/logs.py)
+        return {"type": "stacks", "node": ev.node, "time": ev.time, "round": ev.round,
+                "counts": {str(r): list(c) for r, c in ev.counts.items()},
+                "problem": ev.problem, "cost": ev.cost}
     if isinstance(ev, Stall):
         return {"type": "stall", "node": ev.node, "rank": ev.rank, "time": ev.time,
                 "stalled": ev.stalled, "idle_s": ev.idle_s, "whole_run": ev.whole_run,

@@ -120,8 +120,7 @@ class Store:
                 self._tap(Applied(list(events)))
 
     def skip_lines(self, n: int) -> None:
-        """A replica fell so far behind that ``n`` older lines were not sent to it (they are on
-        disk); views count them among the lines they did not get."""
+        """``n`` older lines not sent to a replica far behind (on disk): views count them."""
         with self._write_lock, self._lock:
             self.not_live += n
             self.skips.add(self._seq, self.not_live)
@@ -260,6 +259,8 @@ class Store:
             self.samples.add(ev)
         elif isinstance(ev, Stall):  # not progress: a rank's lines and metrics are that
             self.stalls.append(ev)
+        else:  # sampled stacks, counted: the judge's (ddptui.insight)
+            self._book.insight.add_stacks(ev)
 
     def _rank(self, rank: int, node: str, local_rank: int | None) -> RankView:
         rv = self.ranks.get(rank)

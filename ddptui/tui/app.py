@@ -12,7 +12,6 @@ import gc
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +92,6 @@ class DashboardApp(Lifecycle):
         store: A store to show before any run (tests and snapshots replay into one).
         clock: The wall clock for ages, the elapsed time and saved views' names.
         drain_hz: How often the screen reads the store.
-        straggler_fraction: Overrides the hosts file's ``health.straggler_fraction``.
         preflight: Run the fast preflight before each launch (``--no-preflight``: False).
     """
 
@@ -148,7 +146,6 @@ class DashboardApp(Lifecycle):
         store: Store | None = None,
         clock: Callable[[], float] = time.time,
         drain_hz: float = DRAIN_HZ,
-        straggler_fraction: float | None = None,
         preflight: bool = True,
     ) -> None:
         super().__init__(config, state_root=state_root,
@@ -165,7 +162,6 @@ class DashboardApp(Lifecycle):
         self.preflight = preflight
         self.clock = clock
         self.drain_hz = drain_hz
-        self._straggler_fraction = straggler_fraction
         self._runtime: Runtime | None = None
 
     @property
@@ -188,9 +184,7 @@ class DashboardApp(Lifecycle):
         the one to launch, then the defaults). Stalls are the run's own verdicts: no
         threshold here judges one."""
         config = self._followed_config
-        health = config.health if config is not None else HealthConfig()
-        fraction = self._straggler_fraction
-        return health if fraction is None else replace(health, straggler_fraction=fraction)
+        return config.health if config is not None else HealthConfig()
 
     def get_default_screen(self) -> Screen[Any]:
         self.dashboard = DashboardScreen(self)

@@ -390,6 +390,9 @@ GROWN_SINCE = {
     "rich told that the ranks' output is a terminal, so its bars redraw there "
     "(TTY_COMPATIBLE in launch/plan.py's job_env), and the tee shipped with the node "
     "program it imports (nodeprog/bar_states.py, launch/staging.py)": 12,
+    "the ranks' stacks sampled in rounds over the run's connections, counted on the node, "
+    "for the straggler judged from them (live/stack_sampler.py, started with the samplers)":
+        138,
 }
 
 

@@ -178,8 +178,7 @@ class HealthConfig:
     """Sample each node's GPUs, CPU and network every second (false: no sampler on the nodes)."""
     stack_sample_every: float = field(default=60.0, metadata=key(
         v.seconds(above_zero=False), hints=("stack_sampling", "py_spy", "sample_stacks")))
-    """Seconds between rounds of the ranks' sampled stacks (py-spy), from which a straggler is
-    named for any script (`docs/metrics.md`, "What the curves tell"); 0: none taken."""
+    """Seconds between rounds of the ranks' sampled stacks (py-spy; stragglers); 0: none."""
 
 
 @dataclass(frozen=True)

@@ -198,3 +198,13 @@ def test_ddptui_logs_judges_the_counts_again_from_events_jsonl(tmp_path: Path) -
     (tmp_path / rundir.METRICS).write_text("")
     report = curves_report(tmp_path)
     assert "rank 1 (node ?) is a straggler: from 40 sampled stacks of it" in report
+
+
+def test_stacks_not_taken_are_no_news_where_the_ranks_own_timing_told() -> None:
+    j = Judge()
+    for step in range(30):
+        for r in range(4):
+            j.add(r, "a", step, {"compute_ms": 50.0, "wait_ms": 5.0}, 1000.0 + step)
+    j.add_stacks("b", 1, {}, "py-spy is not on b")
+    j.judge(final=True)
+    assert j.told().summary == ()

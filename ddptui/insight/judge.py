@@ -291,11 +291,13 @@ class Judge:
     def _stacks_summary(self) -> list[str]:
         """What the sampled stacks could not tell: why none were taken, or that no rank
         stands out in them (where no other evidence named one)."""
+        if not self._stacks_tell():
+            return []
         if self.stacks.judged == 0:
             return [f"per-rank timing not revealed by sampled stacks: {why}"
                     for why in sorted(set(self.stacks.problems.values()))]
         alike = self.stacks.alike()
-        if alike is None or not self._stacks_tell():
+        if alike is None:
             return []
         cost = f" ({self.stacks.cost})" if self.stacks.cost else ""
         return [f"sampled stacks name no straggler: each rank was inside a collective or its "

@@ -121,7 +121,7 @@ class StackSampler(threading.Thread):
         if ev.problem and not ev.counts:
             self.given_up[ev.node] = ev.problem
             self.note(ev.node, f"the ranks' stacks are not sampled here: {ev.problem}",
-                      Level.WARNING)
+                      Level.INFO)
         self.publish(ev.node, [ev])
 
     def end(self) -> None:

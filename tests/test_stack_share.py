@@ -6,11 +6,16 @@ own timing."""
 from __future__ import annotations
 
 import json
+import os
 import random
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from ddptui import nodeprog
 from ddptui.events import StackCount
 from ddptui.faces.logs import curves_report
 from ddptui.insight.judge import Judge, Kind
@@ -23,6 +28,7 @@ from ddptui.insight.straggler import (
     StackWatch,
 )
 from ddptui.live.stack_sampler import NATIVE, SAMPLES, counted
+from ddptui.nodeprog import stack_share
 from ddptui.nodeprog.spy import in_backward, inside_collective, main_thread
 from ddptui.rank_stacks import PTRACE_HINT
 from ddptui.store import rundir
@@ -208,3 +214,24 @@ def test_stacks_not_taken_are_no_news_where_the_ranks_own_timing_told() -> None:
     j.add_stacks("b", 1, {}, "py-spy is not on b")
     j.judge(final=True)
     assert j.told().summary == ()
+
+
+def test_the_node_program_counts_a_marked_rank_and_keeps_no_stack(tmp_path: Path) -> None:
+    """The program as a node gets it, on a real process of a run (its marker, RANK 0) busy
+    outside any collective: its samples counted, none inside, no stack sent back."""
+    marker = "DDPTUI_RUN=test-stacks/0"
+    env = {**os.environ, "DDPTUI_RUN": "test-stacks/0", "RANK": "0", "LOCAL_RANK": "0"}
+    rank = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)"],
+                            env=env)
+    try:
+        time.sleep(0.5)  # its interpreter up, for py-spy to find
+        res = subprocess.run([sys.executable, "-c", nodeprog.source(stack_share), marker, "3",
+                              "0.05", "2", "10"], capture_output=True, text=True, timeout=60)
+    finally:
+        rank.kill()
+        rank.wait(10)
+    out = json.loads(res.stdout)
+    assert [{k: r[k] for k in ("rank", "pid", "samples", "inside", "error")}
+            for r in out["ranks"]] == [
+        {"rank": 0, "pid": rank.pid, "samples": 3, "inside": 0, "error": ""}], res.stderr
+    assert 0 < out["longest_s"]["python"] < 10 and "stack" not in res.stdout

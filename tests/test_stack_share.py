@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from ddptui import nodeprog
-from ddptui.events import StackCount
+from ddptui.engine.wire import Done, apply_change, decode, encode
+from ddptui.events import Metric, StackCount
 from ddptui.faces.logs import curves_report
 from ddptui.insight.judge import Judge, Kind
 from ddptui.insight.straggler import (
@@ -32,7 +33,9 @@ from ddptui.nodeprog import stack_share
 from ddptui.nodeprog.spy import in_backward, inside_collective, main_thread
 from ddptui.rank_stacks import PTRACE_HINT
 from ddptui.store import rundir
+from ddptui.store.changes import Change
 from ddptui.store.mirror import event_record
+from ddptui.store.store import Store
 
 DATA = Path(__file__).resolve().parent / "data" / "stacks"
 
@@ -235,3 +238,28 @@ def test_the_node_program_counts_a_marked_rank_and_keeps_no_stack(tmp_path: Path
             for r in out["ranks"]] == [
         {"rank": 0, "pid": rank.pid, "samples": 3, "inside": 0, "error": ""}], res.stderr
     assert 0 < out["longest_s"]["python"] < 10 and "stack" not in res.stdout
+
+
+def test_the_counts_reach_the_nodes_table_through_the_store_the_mirror_and_the_wire(
+        tmp_path: Path) -> None:
+    """The session's store marks the straggler; the counts are in its events.jsonl; a
+    dashboard's replica, fed the same changes over the wire, marks the same rank."""
+    store = Store(tmp_path)
+    replica = Store.replica(store.subscribe(lambda _change: None))
+    sent: list[Change] = []
+    store.subscribe(sent.append)
+    for node in ("a", "b"):
+        store.add_node(node, len(store.nodes))
+    store.apply([Metric("a" if r < 2 else "b", r, "metric", 0, {"loss": 2.0}, 1.0)
+                 for r in range(4)])
+    for no in range(1, 5):
+        store.apply([StackCount(n, 2.0 + no, no, {r: (10, 1 if r == 1 else 7) for r in rs},
+                                cost="10 py-spy samples a rank every 2 s")
+                     for n, rs in (("a", (0, 1)), ("b", (2, 3)))])
+    for change in decode(encode(list(sent))):
+        assert not isinstance(change, Done)
+        apply_change(replica, change)
+    for s in (store, replica):
+        assert [r.rank for r in s.rank_views() if r.straggler] == [1]
+    store.close()
+    assert "rank 1 (node a) is a straggler: from 40 sampled stacks" in curves_report(tmp_path)

@@ -267,16 +267,14 @@ class Stall:
 
 @dataclass(slots=True)
 class StackCount:
-    """One node's burst of sampled stacks (``ddptui.live.stack_sampler``), counted on the
-    node: rank -> (samples, of them inside a collective or its wait); ``problem`` says why it
-    has none (no py-spy, ptrace refused). Judged by ``ddptui.insight.straggler``."""
+    """A node's round of sampled stacks (``live/stack_sampler.py``): rank -> (samples, inside)."""
 
     node: str
     time: float
     round: int
     counts: dict[int, tuple[int, int]]
     problem: str = ""
-    cost: str = ""  # what the sampling cost, said with its findings
+    cost: str = ""
 
 
 # Events are never changed once made, but they are not ``frozen``: a frozen dataclass is built

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ddptui.chart.band import RankView
 from ddptui.chart.downsample import bin_columns
 from ddptui.chart.memo import ChartMemo
 from ddptui.chart.rows import MARK, chart_rows, faint
@@ -228,8 +229,9 @@ def test_a_sparkline_leaves_non_finite_values_out() -> None:
 def test_a_redraw_from_the_memo_is_the_chart_computed_afresh(
         growth: list[tuple[int, bool, float, int]], seed: int) -> None:
     """A series grown at its end (a step's value replaced now and then, a NaN or a spike
-    here and there), the smoothing changed between redraws: the memo's chart is the one
-    computed from nothing, row for row, mark for mark."""
+    here and there), the smoothing changed between redraws, one rank or a band of several
+    with one drawn out: the memo's chart is the one computed from nothing, row for row, mark
+    for mark."""
     rnd = random.Random(seed)
     xs: list[int | float] = []
     ys: list[float] = []
@@ -242,15 +244,19 @@ def test_a_redraw_from_the_memo_is_the_chart_computed_afresh(
         if replace_last:
             ys[-1] = rnd.random()
         view = ChartView(smoothing=weight,
-                         window=None if not zoom else (len(xs) / 4, len(xs) / 4 * (1 + zoom)))
+                         window=None if not zoom else (len(xs) / 4, len(xs) / 4 * (1 + zoom)),
+                         ranks=rnd.choice(list(RankView)))
 
         def fn(rank: int, name: str) -> tuple[list[int | float], list[float]]:
-            return (list(xs), list(ys)) if name == "loss" else ([], [])
+            if name != "loss":
+                return [], []
+            return list(xs), [y * (1 + rank / 4) for y in ys]  # rank 0: the series itself
 
-        kept, fresh = (chart_rows(view, [0], fn, 60, 16, memo=memo),
-                       chart_rows(view, [0], fn, 60, 16))
-        assert (kept.rows, kept.plotted, kept.extent) == (fresh.rows, fresh.plotted,
-                                                          fresh.extent)
+        ranks = [0, 1, 2][:1 + seed % 3]  # one rank alone, or a band of two or three
+        kept, fresh = (chart_rows(view, ranks, fn, 60, 16, memo=memo, diverging={1: 3.0}),
+                       chart_rows(view, ranks, fn, 60, 16, diverging={1: 3.0}))
+        assert (kept.rows, kept.plotted, kept.extent, kept.band) == (
+            fresh.rows, fresh.plotted, fresh.extent, fresh.band)
         assert [m.text for m in kept.marks] == [m.text for m in fresh.marks]
 
 

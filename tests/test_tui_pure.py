@@ -162,6 +162,7 @@ def test_braille_plot_draws_inside_its_box() -> None:
 
 
 def test_chart_rows_are_runs_of_one_style_each_as_wide_as_the_pane() -> None:
+    from ddptui.chart.band import RankView
     from ddptui.chart.rows import BOLD, DIM, PLAIN, Y_LABEL, chart_rows
     from ddptui.chart.view import ChartView
 
@@ -169,11 +170,12 @@ def test_chart_rows_are_runs_of_one_style_each_as_wide_as_the_pane() -> None:
         return ([], []) if rank == 2 or name != "loss" else (
             list(range(100)), [float(rank + i % 7) for i in range(100)])
 
-    raw = ChartView(smoothing=0.0)
+    raw = ChartView(smoothing=0.0, ranks=RankView.EACH)
     drawn = chart_rows(raw, [0, 1, 2], series, 40, 12)
     rows, plotted = drawn.rows, drawn.plotted
     assert plotted == {0: 64, 1: 64}  # per plot column (32) a min and a max
-    assert rows[0] == [("loss by step ", BOLD), ("raw ", DIM), ("r0 ", 0), ("r1 ", 1)]
+    assert rows[0] == [("loss by step ", BOLD), ("raw ", DIM), ("r0 ", 0), ("r1 ", 1),
+                       ("ranks: each ", DIM)]
     assert len(rows) == 12
     for row in rows[1:-2]:  # the plot: a label, then the cells
         assert sum(len(text) for text, _ in row) == 40

@@ -1,7 +1,10 @@
 """A line chart in braille cells: pure and fast enough to redraw twice a second.
 
-Each cell is 2x4 dots; a series is drawn as its points joined column to column. The result
-is rows of (character, series index) pairs, so the widget colours them and tests read them.
+Each cell is 2x4 dots; a series is drawn as its points joined column to column. A fill (the
+ranks' min-max band) is a half-tone: every other dot between its low and its high, so that
+it reads as an area beside the lines, and a cell a line passes through shows the line's dots
+only. The result is rows of (character, series index) pairs, so the widget colours them and
+tests read them.
 """
 
 from __future__ import annotations
@@ -9,9 +12,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 # dot bit for (x % 2, y % 4) in a braille cell, per the Unicode braille pattern block
 _DOT = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
+#: A cell a fill covers whole: its half-tone (dots where x + y is even).
+HALF_TONE = chr(0x2800 | 0x01 | 0x04 | 0x10 | 0x80)
+#: A fill: the style index its cells get, and its steps, lows and highs (one each a column).
+Fill = tuple[int, Sequence[float], Sequence[float], Sequence[float]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,10 +51,12 @@ def bounds(series: Sequence[tuple[Sequence[float], Sequence[float]]], log_y: boo
 
 
 def plot(series: Sequence[tuple[Sequence[float], Sequence[float]]], width: int, height: int,
-         *, log_y: bool = False, x_range: tuple[float, float] | None = None) -> Frame | None:
+         *, log_y: bool = False, x_range: tuple[float, float] | None = None,
+         fills: Sequence[Fill] = ()) -> Frame | None:
     """Draw each (xs, ys) series into ``width`` x ``height`` cells, over ``x_range`` (else
-    the points' own); None when nothing to draw."""
-    b = bounds(series, log_y, x_range)
+    the points' own), over ``fills``; None when nothing to draw."""
+    edges = [(xs, ends) for _, xs, lows, highs in fills for ends in (lows, highs)]
+    b = bounds([*series, *edges], log_y, x_range)
     if b is None or width <= 0 or height <= 0:
         return None
     x0, x1, y0, y1 = b
@@ -78,9 +88,45 @@ def plot(series: Sequence[tuple[Sequence[float], Sequence[float]]], width: int, 
                     _dot(bits, owner, px if cy >= mid else ppx, cy, index)
             _dot(bits, owner, px, py, index)
             prev = (px, py)
+    if fills:
+        _fill(bits, owner, fills, log_y, (x0, sx, y0, sy))
     rows = [[(chr(0x2800 + bits[r][c]) if bits[r][c] else " ", owner[r][c])
              for c in range(width)] for r in range(height)]
     return Frame(rows, (x0, x1), (y0, y1))
+
+
+def _fill(bits: list[list[int]], owner: list[list[int]], fills: Sequence[Fill], log_y: bool,
+          scale: tuple[float, float, float, float]) -> None:
+    """The fills' half-tone, joined column to column as a line's points are, in the cells
+    no line went through."""
+    x0, sx, y0, sy = scale
+    ph = len(bits) * 4
+    shade = [[0] * len(bits[0]) for _ in bits]
+    shade_owner = [[-1] * len(bits[0]) for _ in bits]
+    for index, xs, lows, highs in fills:
+        edges: list[tuple[int, float, float]] = []  # dot column, top and bottom dot rows
+        for x, low, high in zip(xs, lows, highs, strict=False):
+            if log_y:
+                if low <= 0:
+                    continue
+                low, high = math.log10(low), math.log10(high)
+            edges.append((round((x - x0) * sx), ph - 1 - (high - y0) * sy,
+                          ph - 1 - (low - y0) * sy))
+        if len(edges) == 1:  # one column: both its dot columns
+            px, top, bottom = edges[0]
+            edges = [(px & ~1, top, bottom), (px | 1, top, bottom)]
+        for (pa, ta, ba), (pb, tb, bb) in pairwise(edges):
+            for px in range(pa, pb + 1):
+                t = (px - pa) / (pb - pa) if pb > pa else 0.0
+                top, bottom = round(ta + (tb - ta) * t), round(ba + (bb - ba) * t)
+                for py in range(max(0, top), min(ph - 1, bottom) + 1):
+                    if (px + py) % 2 == 0:
+                        _dot(shade, shade_owner, px, py, index)
+    for r, row in enumerate(bits):
+        for c, cell in enumerate(row):
+            if not cell and shade[r][c]:
+                row[c] = shade[r][c]
+                owner[r][c] = shade_owner[r][c]
 
 
 def _dot(bits: list[list[int]], owner: list[list[int]], px: int, py: int, index: int) -> None:

@@ -9,13 +9,15 @@ imports Textual, which the engine does not load.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ddptui.chart.braille import plot, tick_label
+from ddptui.chart.band import RankView, rank_band
+from ddptui.chart.braille import Fill, plot, tick_label
 from ddptui.chart.downsample import bin_columns
 from ddptui.chart.memo import ChartMemo, Followed
 from ddptui.chart.view import ChartView, Drawn, Run
+from ddptui.insight.judge import Kind
 from ddptui.insight.marks import Mark, MarkKind
 from ddptui.metrics.recognizers import LABELS, NAN_COUNT
 
@@ -28,6 +30,8 @@ Y_LABEL = 7
 #: :func:`faint` of an index is that series' colour, faint (its raw values under the
 #: smoothed line).
 PLAIN, DIM, BOLD, MARK = -1, -2, -3, -4
+#: The ranks' median line, their min-max band, a diverging rank's line and its raw values.
+MEDIAN, BAND, FLAGGED, FLAGGED_FAINT = -5, -6, -7, -8
 FAINT = -16
 #: What the axis shows under a mark's column.
 MARK_CHARS = {MarkKind.NAN: "×", MarkKind.SPIKE: "▲"}
@@ -63,38 +67,70 @@ def view_words(view: ChartView) -> str:
 
 def chart_rows(view: ChartView, ranks: Sequence[int], series: SeriesFn, width: int,
                height: int, source: tuple[str, str] | None = None,
-               past: Sequence[Series] = (), memo: ChartMemo | None = None) -> Drawn:
-    """The chart's rows (a title, the plot with its y labels, the x axis with the marks
-    under it, the marks' list when there are any), how many raw points each rank got, the
-    steps the series span and their marks. ``past``: a past run's series of the same name,
-    drawn dimmed beneath. Each rank's raw values are binned by column over the window
-    (:func:`ddptui.chart.downsample.bin_columns`); smoothed, they are drawn faint and the
-    smoothed line over them (:mod:`ddptui.chart.smooth`). ``memo``: what the last redraw
-    computed of the same series (:mod:`ddptui.chart.memo`), else computed here whole."""
+               past: Sequence[Series] = (), memo: ChartMemo | None = None,
+               diverging: Mapping[int, float] | None = None) -> Drawn:
+    """The chart's rows (a title, the diverging ranks' line, the plot with its y labels,
+    the x axis with the marks under it, the marks' list when there are any), how many raw
+    points each rank got, the steps the series span and their marks. ``past``: a past run's
+    series of the same name, drawn dimmed beneath. Each rank's raw values are binned by
+    column over the window (:func:`ddptui.chart.downsample.bin_columns`); smoothed, they are
+    drawn faint and the smoothed line over them (:mod:`ddptui.chart.smooth`). Several ranks
+    in the band view: their median over their min-max band (:mod:`ddptui.chart.band`).
+    ``diverging``: the ranks the insight judge found leaving the others in this series, with
+    the step since when; each is drawn over the rest in its own style, in either view.
+    ``memo``: what the last redraw computed of the same series (:mod:`ddptui.chart.memo`),
+    else computed here whole."""
     plot_w = max(1, width - Y_LABEL - 1)
     memo = memo or ChartMemo()
     with memo.lock:
-        names, layers, styles, extent, marks = _layers(view, ranks, series, plot_w, past,
-                                                       memo)
-    raw_layers = [layers[styles.index(faint(i) if view.smoothing > 0 else i)]
-                  for i in range(len(names))]
-    plotted = {r: len(xs) for r, (xs, _) in zip(names, raw_layers, strict=True)}
-    plot_h = max(1, height - 3 - (1 if marks else 0))
+        names, binned, past_layers, extent, marks = _binned(view, ranks, series, plot_w,
+                                                            past, memo)
+    plotted = {r: len(raw[0]) for r, (raw, _) in zip(names, binned, strict=True)}
+    flagged = {r: since for r, since in (diverging or {}).items() if r in names}
+    banded = view.ranks is RankView.BAND and len(names) > 1
     title: list[Run] = [(chart_title(view.metric, view.log_y, source), BOLD),
                         (view_words(view), DIM)]
-    title += [(f"r{rank} ", i) for i, rank in enumerate(names)]
-    if DIM in styles:
+    if banded:
+        title += [(f"{view.ranks.words} ({len(names)}) ", MEDIAN)]
+    else:
+        title += [(f"r{rank} ", FLAGGED if rank in flagged else i)
+                  for i, rank in enumerate(names)]
+        title += [] if len(names) < 2 else [(f"{view.ranks.words} ", DIM)]
+    if past_layers:
         title.append(("past run", DIM))
     rows = [title]
+    if flagged:
+        rows.append([(" · ".join(f"rank {r} diverges from the other ranks since step {s:g}"
+                                 for r, s in sorted(flagged.items())), FLAGGED)])
     window = view.window or extent
     if window is None:
         rows.append([(f"{'':{Y_LABEL}} no points yet", DIM)])
         return Drawn(rows)
     lo, hi = window
-    frame = plot(layers, plot_w, plot_h, log_y=view.log_y, x_range=window)
+    layers, styles = list(past_layers), [DIM] * len(past_layers)
+    fills: list[Fill] = []
+    band = None
+    if banded:
+        band = rank_band([drawn for _, drawn in binned], lo, hi, plot_w)
+        fills.append((len(layers), band.steps, band.lows, band.highs))
+        layers += [([], []), (band.steps, band.medians)]
+        styles += [BAND, MEDIAN]
+    ranked = list(enumerate(zip(names, binned, strict=True)))
+    for i, (rank, (raw, drawn)) in sorted(ranked, key=lambda e: e[1][0] in flagged):
+        if banded and rank not in flagged:
+            continue  # drawn over the rest: the loop takes the flagged ranks last
+        own, under = (FLAGGED, FLAGGED_FAINT) if rank in flagged else (i, faint(i))
+        if view.smoothing > 0:
+            layers.append(raw)
+            styles.append(under)
+        layers.append(drawn)
+        styles.append(own)
+    plot_h = max(1, height - len(rows) - 2 - (1 if marks else 0))
+    frame = plot(layers, plot_w, plot_h, log_y=view.log_y, x_range=window, fills=fills)
+    done = Drawn(rows, plotted, extent, tuple(marks), band, tuple(sorted(flagged)))
     if frame is None:
         rows.append([(f"{'':{Y_LABEL}} no points in these steps", DIM)])
-        return Drawn(rows, plotted, extent, tuple(marks))
+        return done
     y0, y1 = frame.y_range
     label_rows = {0: y1, plot_h - 1: y0, (plot_h - 1) // 2: (y0 + y1) / 2}
     for r, cells in enumerate(frame.rows):
@@ -114,15 +150,16 @@ def chart_rows(view: ChartView, ranks: Sequence[int], series: SeriesFn, width: i
     rows.append([(f"{'':{Y_LABEL}} {left}{' ' * gap}{right}", DIM)])
     if marks:
         rows.append(_mark_list(marks, width))
-    return Drawn(rows, plotted, extent, tuple(marks))
+    return done
 
 
-def _layers(view: ChartView, ranks: Sequence[int], series: SeriesFn, plot_w: int,
+def _binned(view: ChartView, ranks: Sequence[int], series: SeriesFn, plot_w: int,
             past: Sequence[Series], memo: ChartMemo
-            ) -> tuple[list[int], list[Series], list[int], tuple[float, float] | None,
-                       list[Mark]]:
-    """The ranks drawn, the layers to plot (binned) with each one's style, the steps the
-    ranks' series span, and their marks."""
+            ) -> tuple[list[int], list[tuple[Series, Series]], list[Series],
+                       tuple[float, float] | None, list[Mark]]:
+    """The ranks that have points, each one's raw and drawn (smoothed, or raw again)
+    values binned by column over the window, the past run's binned, the steps the ranks'
+    series span, and their marks."""
     names: list[int] = []
     found: list[tuple[list[int | float], list[float], Followed]] = []
     marks: list[Mark] = []
@@ -143,19 +180,15 @@ def _layers(view: ChartView, ranks: Sequence[int], series: SeriesFn, plot_w: int
     extent = (first, end) if end > first else (first, first + 1)
     lo, hi = view.window or extent
     # a bin per cell column keeps its min and max: the cell's two dot columns
-    layers = [bin_columns(xs, ys, lo, hi, plot_w) for xs, ys in past if xs]
-    styles = [DIM] * len(layers)
-    for i, (xs, ys, f) in enumerate(found):
-        layers.append(bin_columns(xs, ys, lo, hi, plot_w, f.raw, f.backs))
-        if view.smoothing <= 0:
-            styles.append(i)
-            continue
-        smoothed = f.smoothed(ys)
-        styles.append(faint(i))
-        layers.append(bin_columns(xs, smoothed, lo, hi, plot_w,
-                                  f.raw if smoothed is ys else f.smooth, f.backs))
-        styles.append(i)
-    return names, layers, styles, extent, marks
+    past_layers = [bin_columns(xs, ys, lo, hi, plot_w) for xs, ys in past if xs]
+    binned: list[tuple[Series, Series]] = []
+    for xs, ys, f in found:
+        raw = bin_columns(xs, ys, lo, hi, plot_w, f.raw, f.backs)
+        smoothed = f.smoothed(ys) if view.smoothing > 0 else ys
+        drawn = raw if smoothed is ys else bin_columns(xs, smoothed, lo, hi, plot_w,
+                                                       f.smooth, f.backs)
+        binned.append((raw, drawn))
+    return names, binned, past_layers, extent, marks
 
 
 def _axis(marks: Sequence[Mark], lo: float, hi: float, plot_w: int) -> list[Run]:
@@ -189,5 +222,7 @@ def store_chart(store: Store, view: ChartView, width: int, height: int,
                 past: Sequence[Series] = (), memo: ChartMemo | None = None) -> Drawn:
     """The chart of every rank ``store`` knows: the engine's, or the dashboard's replica's."""
     ranks = [r.rank for r in store.rank_views()]
+    diverging = {f.rank: f.step for f in store.insight().findings
+                 if f.kind is Kind.DIVERGES and f.name == view.metric}
     return chart_rows(view, ranks, store.series, width, height,
-                      store.series_source.get(view.metric), past, memo)
+                      store.series_source.get(view.metric), past, memo, diverging)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from ddptui.chart.band import Band, RankView
 from ddptui.chart.smooth import DEFAULT_WEIGHT
 from ddptui.insight.marks import Mark
 
@@ -28,6 +29,9 @@ class ChartView:
     """TensorBoard's EMA weight (:mod:`ddptui.chart.smooth`); 0 draws the raw values."""
     window: tuple[float, float] | None = None
     """The steps shown, first and last; None: every step there is."""
+    ranks: RankView = RankView.BAND
+    """A series several ranks report: their median and min-max band, or each rank's line
+    (:mod:`ddptui.chart.band`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +46,11 @@ class Drawn:
     taken from and a pan stops."""
     marks: tuple[Mark, ...] = ()
     """Every rank's spikes and NaN in the metric, in step order (not only the window's)."""
+    band: Band | None = None
+    """The ranks' median and min-max band as drawn; None: each rank drew its own line
+    (the view asks it, or one rank reports the series)."""
+    flagged: tuple[int, ...] = ()
+    """The ranks the insight judge found diverging in the metric, drawn out over the rest."""
 
 
 def zoomed(view: ChartView, extent: tuple[float, float] | None, factor: float

@@ -47,7 +47,13 @@ from ddptui.tui.views import ViewKind, ViewSpec
 from ddptui.tui.widgets.log_pane import LogPane
 from ddptui.tui.widgets.log_status import LogStatus
 from ddptui.tui.widgets.log_view import LogView
-from ddptui.tui.widgets.metrics_pane import CHART_KEYS, COMPARE_KEYS, MetricsPane, strips
+from ddptui.tui.widgets.metrics_pane import (
+    CHART_KEYS,
+    COMPARE_KEYS,
+    ChartKeys,
+    MetricsPane,
+    strips,
+)
 from ddptui.tui.widgets.nodes_table import NodesTable
 from ddptui.tui.widgets.run_header import RunHeader
 
@@ -65,7 +71,7 @@ _LAYOUT_ORDER = {
 }
 
 
-class DashboardScreen(Screen[None]):
+class DashboardScreen(ChartKeys, Screen[None]):
     """The run the app follows, on one screen; its keys are the app's, and the chart's."""
 
     BINDINGS: ClassVar[list[BindingType]] = [*CHART_KEYS, *COMPARE_KEYS]
@@ -266,18 +272,6 @@ class DashboardScreen(Screen[None]):
 
     def action_next_metric(self) -> None:
         self.chart.next_metric(self.owner.store.metric_names())
-
-    def action_toggle_log_scale(self) -> None:
-        self.chart.toggle_log_scale()
-
-    def action_smoothing(self, step: int) -> None:
-        self.chart.step_smoothing(step)
-
-    def action_zoom(self, factor: float) -> None:
-        self.chart.zoom(factor)
-
-    def action_pan(self, fraction: float) -> None:
-        self.chart.pan(fraction)
 
     def action_next_mark(self) -> None:
         mark = self.chart.next_mark()

@@ -8,7 +8,9 @@ tried first: one build of a 80x46 chart took 100-250 ms on the event loop.)
 
 Its keys (:data:`CHART_KEYS`) change the view (:class:`ddptui.chart.view.ChartView`):
 TensorBoard's smoothing weight, the steps' window (zoom and pan bin the raw points again),
-and ``!`` goes from one spike or NaN to the next.
+``b`` the ranks' median and min-max band or each rank's line (:mod:`ddptui.chart.band`), and
+``!`` goes from one spike or NaN to the next. :class:`ChartKeys` holds the actions that only
+pass a key on to the pane, for the screen that binds them.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from ddptui.chart.memo import ChartMemo
-from ddptui.chart.rows import BOLD, DIM, FAINT, MARK, PLAIN
+from ddptui.chart.rows import BAND, BOLD, DIM, FAINT, FLAGGED, FLAGGED_FAINT, MARK, MEDIAN, PLAIN
 from ddptui.chart.smooth import step_weight
 from ddptui.chart.view import ChartView, Drawn, Run, centred, panned, zoomed
 from ddptui.insight.marks import Mark
@@ -39,8 +41,11 @@ COLOURS = ("cyan", "magenta", "yellow", "green", "blue", "red", "bright_cyan",
            "bright_magenta", "bright_yellow", "bright_green", "bright_blue", "bright_red")
 _SERIES = tuple(Style(color=c) for c in COLOURS)
 _FAINT = tuple(Style(color=c, dim=True) for c in COLOURS)
-_STYLES: dict[int, Style | None] = {PLAIN: None, DIM: Style(dim=True), BOLD: Style(bold=True),
-                                    MARK: Style(color="red", bold=True)}
+_STYLES: dict[int, Style | None] = {
+    PLAIN: None, DIM: Style(dim=True), BOLD: Style(bold=True),
+    MARK: Style(color="red", bold=True), MEDIAN: Style(color="cyan", bold=True),
+    BAND: Style(color="cyan", dim=True), FLAGGED: Style(color="bright_red", bold=True),
+    FLAGGED_FAINT: Style(color="red", dim=True)}
 #: The chart's keys, bound on the dashboard's screen (``screen.``: they work wherever the
 #: focus is); the help lists them under the chart.
 CHART_KEYS = [
@@ -52,6 +57,8 @@ CHART_KEYS = [
     Binding("less_than_sign", "pan(-0.25)", "Chart: earlier steps", show=False),
     Binding("greater_than_sign", "pan(0.25)", "Chart: later steps", show=False),
     Binding("0", "zoom(0)", "Chart: every step", show=False),
+    Binding("b", "rank_view", "Chart: the ranks' median and min–max band, or each rank's line",
+            show=False),
     Binding("exclamation_mark", "next_mark", "Next spike or NaN: in the chart and the log",
             show=False),
 ]
@@ -136,6 +143,9 @@ class MetricsPane(Widget):
     def pan(self, fraction: float) -> None:
         self.view = panned(self.view, self.drawn.extent, fraction)
 
+    def next_rank_view(self) -> None:
+        self.view = replace(self.view, ranks=self.view.ranks.next())
+
     def next_mark(self) -> Mark | None:
         """The next spike or NaN after the last one gone to (the first again after the
         last), centred in the window; None when the chart has none."""
@@ -164,6 +174,30 @@ class MetricsPane(Widget):
         self.drawn = drawn
         self.dirty = False
         self.refresh()
+
+
+class ChartKeys:
+    """The chart's key actions that go straight to the pane, for the screen binding
+    :data:`CHART_KEYS` (which has the pane as ``chart``)."""
+
+    @property
+    def chart(self) -> MetricsPane:
+        raise NotImplementedError
+
+    def action_toggle_log_scale(self) -> None:
+        self.chart.toggle_log_scale()
+
+    def action_smoothing(self, step: int) -> None:
+        self.chart.step_smoothing(step)
+
+    def action_zoom(self, factor: float) -> None:
+        self.chart.zoom(factor)
+
+    def action_pan(self, fraction: float) -> None:
+        self.chart.pan(fraction)
+
+    def action_rank_view(self) -> None:
+        self.chart.next_rank_view()
 
 
 def _style(code: int) -> Style | None:

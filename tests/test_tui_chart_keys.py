@@ -1,6 +1,6 @@
 """The chart's keys on the dashboard (Pilot): TensorBoard's smoothing weight stepped and said
-in the title, zoom and pan on the steps, and `!` from one spike or NaN to the next, in the
-chart and in the rank's log."""
+in the title, zoom and pan on the steps, `!` from one spike or NaN to the next, in the
+chart and in the rank's log, and `b` between the ranks' band and each rank's line."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from replay import T0, node_events
 from test_tui_app import make_app, settle, sync, until
 
+from ddptui.chart.band import RankView
 from ddptui.events import NodeState, NodeStatus, RunStatus
 from ddptui.store.store import Store
 from ddptui.tui.views import ViewKind, ViewSpec
@@ -77,3 +78,22 @@ async def test_smoothing_zoom_pan_and_the_marks_from_the_keyboard() -> None:
         await until(pilot, lambda: log.match_row is not None
                     and f'"step": {NAN},' in log.lines[log.match_row], "the NaN's step")
         await until(pilot, lambda: f"steps {NAN - 4}" in chart.text, "the NaN centred")
+
+
+@sync
+async def test_b_switches_the_ranks_band_and_each_ranks_line_and_the_title_says_which() -> None:
+    app = make_app(spiky_run(), config=None)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot, app)
+        chart = app.chart
+        await until(pilot, lambda: "ranks: median, min–max band (2)" in chart.text,
+                    "the band, the default for two ranks")
+        assert chart.drawn.band is not None and "⢕" in chart.text
+        assert chart.view.ranks is RankView.BAND
+        await pilot.press("b")
+        await until(pilot, lambda: "r0 r1 ranks: each" in chart.text, "each rank's line")
+        assert chart.view.ranks is RankView.EACH and chart.drawn.band is None
+        await pilot.press("b")
+        await until(pilot, lambda: "ranks: median, min–max band (2)" in chart.text,
+                    "the band again")
+        assert chart.drawn.band is not None

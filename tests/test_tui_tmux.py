@@ -22,6 +22,8 @@ import pytest
 import yaml
 from test_tui_e2e import ROOT, free_port, run_processes, tiny_hosts
 
+from ddptui.chart.braille import HALF_TONE
+
 pytestmark = [pytest.mark.torchrun, pytest.mark.timeout(300)]
 
 
@@ -149,6 +151,62 @@ def test_the_chart_draws_a_user_scripts_own_loss_lines(tmp_path: Path) -> None:
         assert "    4.2┤" in screen, screen  # the top of the y axis: the first loss, 4.2000
         assert "no points yet" not in screen
         tmux("send-keys", "-t", session, "q")  # finished: q ends the dashboard at once
+        assert wait_gone(session, 20), "q did not end the dashboard"
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        for pid in run_processes(run_id) if run_id else ():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+CURVES_JOB = Path(__file__).resolve().parent / "data" / "curves_job.py"
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_the_chart_shows_the_ranks_band_the_diverging_rank_and_a_spike(tmp_path: Path
+                                                                       ) -> None:
+    """A real run of 2 local nodes x 2 ranks (tests/data/curves_job.py with its faults: rank
+    3 drifts away from step 40, rank 0 prints nan at 50 and spikes at 70): the chart on
+    screen is the ranks' band (its half-tone cells), names rank 3 as the judge found it, and
+    marks the spike under its axis."""
+    (tmp_path / "proj").mkdir()
+    shutil.copy(CURVES_JOB, tmp_path / "proj" / "job.py")
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(yaml.safe_dump({
+        "defaults": {"python": sys.executable, "nproc_per_node": 2,
+                     "env": {"OMP_NUM_THREADS": "1", "CURVES_FAULTS": "1"}},
+        "nodes": [{"name": f"local-{n}", "transport": "local",
+                   "workdir": str(tmp_path / f"work-{n}")} for n in "ab"],
+        "rendezvous": {"endpoint": "127.0.0.1", "port": free_port()},
+        "job": {"script": "proj/job.py", "stop_grace": 5},
+    }, sort_keys=False))
+    state = tmp_path / "state"
+    session = start_dashboard(tmp_path, hosts, state, "--no-preflight")
+    run_id = ""
+    try:
+        tmux("send-keys", "-t", session, "l")
+        screen = wait_screen(session, lambda s: re.search(r"ddptui \d{8}-\d{6}-\w+", s)
+                             is not None, "the run's id", 60)
+        m = re.search(r"ddptui (\d{8}-\d{6}-\w+)", screen)
+        run_id = m.group(1) if m else ""
+        screen = wait_screen(session, lambda s: "● finished" in s, "the run's end", 120)
+        # drawn after the end too: the judge settles the last steps when the run ends
+        screen = wait_screen(session, lambda s: "rank 3 diverges from the other ranks since "
+                             "step 40" in s and "▲" in s, "the flagged rank and the spike", 20)
+        tmux("send-keys", "-t", session, "m", "m")  # 120 columns: both, logs, the chart alone
+        screen = wait_screen(session, lambda s: "ranks: median, min–max band (4)" in s,
+                             "the chart alone, its whole title", 20)
+        lines = screen.splitlines()
+        assert "rank 3 diverges from the other ranks since step 40" in screen, screen
+        assert sum(line.count(HALF_TONE) for line in lines) >= 20, screen  # the band's cells
+        axis = next(line for line in lines if "└" in line)
+        assert "▲" in axis and "×" in axis, axis  # the spike at 70, the NaN at 50
+        assert "spike r0 step 70" in screen, screen
+        tmux("send-keys", "-t", session, "b")  # each rank's line: rank 3 still named
+        screen = wait_screen(session, lambda s: "ranks: each" in s, "each rank's line", 20)
+        assert "rank 3 diverges from the other ranks since step 40" in screen
+        assert sum(line.count(HALF_TONE) for line in screen.splitlines()) < 20, screen
+        tmux("send-keys", "-t", session, "q")
         assert wait_gone(session, 20), "q did not end the dashboard"
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)

@@ -19,6 +19,8 @@ from ddptui.chart.smooth import ema
 from ddptui.chart.view import ChartView
 from ddptui.events import NodeState, NodeStatus, RunStatus
 from ddptui.store.store import Store
+from ddptui.tui.compare import compare_chart
+from ddptui.tui.overlay import Overlay
 
 Points = tuple[list[int | float], list[float]]
 
@@ -157,3 +159,6 @@ def test_the_flag_is_the_stores_judge_finding_on_the_series_shown() -> None:
     since = f"{said[0].step:g}"
     assert drawn.rows[1][0][0] == f"rank 3 diverges from the other ranks since step {since}"
     assert store_chart(store, ChartView(metric="lr"), 80, 20).flagged == ()
+    compared = compare_chart(store, Overlay("old", {"loss": [([0, 79], [4.0, 1.0])]}),
+                             ChartView(), 80, 20)  # a past run drawn beneath: still named
+    assert compared.flagged == (3,) and "vs old" in "".join(t for t, _ in compared.rows[0])

@@ -222,7 +222,13 @@ def store_chart(store: Store, view: ChartView, width: int, height: int,
                 past: Sequence[Series] = (), memo: ChartMemo | None = None) -> Drawn:
     """The chart of every rank ``store`` knows: the engine's, or the dashboard's replica's."""
     ranks = [r.rank for r in store.rank_views()]
-    diverging = {f.rank: f.step for f in store.insight().findings
-                 if f.kind is Kind.DIVERGES and f.name == view.metric}
     return chart_rows(view, ranks, store.series, width, height,
-                      store.series_source.get(view.metric), past, memo, diverging)
+                      store.series_source.get(view.metric), past, memo,
+                      diverging(store, view.metric))
+
+
+def diverging(store: Store, metric: str) -> dict[int, float]:
+    """The ranks the store's judge found diverging in ``metric``, with the step since when:
+    the chart draws out what the judge said, by no rule of its own."""
+    return {f.rank: f.step for f in store.insight().findings
+            if f.kind is Kind.DIVERGES and f.name == metric}

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
-from ddptui.chart.rows import DIM, STEP_WORDS, chart_rows
+from ddptui.chart.rows import DIM, STEP_WORDS, chart_rows, diverging
 from ddptui.chart.view import ChartView, Drawn, Run
 from ddptui.metrics.align import (
     AXIS_LABEL,
@@ -77,7 +77,7 @@ def compare_chart(store: Store, overlay: Overlay, view: ChartView, width: int, h
     if overlay.tracks is None or (overlay.axis is Axis.STEP and not overlay.difference):
         ranks = [r.rank for r in store.rank_views()]
         drawn = chart_rows(view, ranks, store.series, width, height, source,
-                           overlay.past(metric))
+                           overlay.past(metric), diverging=diverging(store, metric))
         return replace(drawn, rows=label_past(drawn.rows, overlay, metric))
     a_run, b_run = shown_tracks(store, overlay, metric), overlay.tracks
     on = common(a_run, b_run, overlay.axis)

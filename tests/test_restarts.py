@@ -80,7 +80,11 @@ def test_a_crash_on_one_node_restarts_every_node_from_the_snapshot(cluster2: Clu
     records = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
     starts = [r for r in records if r["kind"] == "start" and r["attempt"] == 1]
     assert sorted(r["rank"] for r in starts) == [0, 1, 2, 3]
-    assert all(r["start_step"] == 10 for r in starts), starts
+    # every rank from one snapshot: the last periodic one (10), or the one the ranks save at
+    # torchrun's SIGTERM when it reaches them before their collective fails (14: the step
+    # the crash interrupted had not reached its optimizer, so the model is still whole)
+    begun = {r["start_step"] for r in starts}
+    assert len(begun) == 1 and begun <= {10, 14}, [(r["rank"], r["start_step"]) for r in starts]
     done = [r for r in records if r["kind"] == "summary"]
     assert sorted(r["rank"] for r in done) == [0, 1, 2, 3]
     assert all(r["attempt"] == 1 and r["step"] == 30 for r in done)

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,18 @@ def spawn_ddptui(*args: str, state: Path, out: Path) -> subprocess.Popen[bytes]:
     f = open(out, "wb")  # noqa: SIM115 - handed to the child
     return subprocess.Popen([sys.executable, "-m", "ddptui.cli", "--state-dir", str(state), *args],
                             stdout=f, stderr=subprocess.STDOUT)
+
+
+def wait_for(path: Path, text: str, timeout: float, proc: subprocess.Popen[bytes]) -> str:
+    """The output of a ddptui writing to ``path`` once it holds ``text`` (bounded)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and proc.poll() is None:
+        got = path.read_text(errors="replace")
+        if text in got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"no {text!r} (within {timeout} s, while ddptui ran):\n"
+                         f"{path.read_text()[-4000:]}")
 
 
 def run_id_of(output: str) -> str:

@@ -5,7 +5,6 @@ and the run ends within the process group's timeout with the hung rank named fir
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 from cluster import Cluster
-from jobs import ddptui, marked_pids, run_id_of, spawn_ddptui
+from jobs import ddptui, marked_pids, run_id_of, spawn_ddptui, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.torchrun, pytest.mark.timeout(300)]
 
@@ -64,17 +63,6 @@ def hosts_file(c: Cluster, tmp: Path) -> Path:
     path = tmp / "hosts.yaml"
     path.write_text(yaml.safe_dump(d, sort_keys=False))
     return path
-
-
-def wait_for(path: Path, text: str, timeout: float, proc: subprocess.Popen[bytes]) -> str:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end and proc.poll() is None:
-        got = path.read_text(errors="replace")
-        if text in got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"no {text!r} (within {timeout} s, while ddptui ran):\n"
-                         f"{path.read_text()[-4000:]}")
 
 
 def test_a_hung_rank_is_marked_its_stack_taken_and_named_when_the_run_ends(

@@ -5,14 +5,12 @@ silence rule (``stall_after``) or NCCL's timeout would say anything (pure, clock
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
-from jobs import ddptui, marked_pids, run_id_of, spawn_ddptui
+from jobs import ddptui, marked_pids, run_id_of, spawn_ddptui, wait_for
 
 from ddptui.config.model import HealthConfig
 from ddptui.events import Stall
@@ -191,13 +189,3 @@ def test_a_run_whose_steps_stop_while_it_prints_is_told_stalled_then_going(
     text = out.read_text()
     assert "without a step" in text and "finished, exit code 0" in text
     assert marked_pids(run_id_of(text)) == []
-
-
-def wait_for(path: Path, text: str, timeout: float, proc: subprocess.Popen[bytes]) -> str:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end and proc.poll() is None:
-        got = path.read_text(errors="replace")
-        if text in got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"no {text!r} within {timeout} s:\n{path.read_text()[-4000:]}")

@@ -71,6 +71,16 @@ def test_a_run_that_ended_frees_its_port_though_its_launch_sh_lingers(tmp_path: 
     assert take(tmp_path / "locks", "run-b", [29400]).port == 29400
 
 
+def test_a_pid_reused_by_a_later_process_holds_nothing(tmp_path: Path) -> None:
+    """The launch.sh that wrote the pid died without its lock; the pid now belongs to a
+    process born after the file was written (pids come round fast at pid_max 32768)."""
+    first = take(tmp_path, "run-a", [29400])
+    started(first.lock, os.getpid())
+    assert take(tmp_path, "run-b", [29400]).port is None  # this process: the writer, alive
+    os.utime(Path(first.lock or "", rundir.LOCK_PID), (1e9, 1e9))  # written in 2001
+    assert take(tmp_path, "run-b", [29400]).port == 29400
+
+
 def test_a_launch_sh_ended_but_not_reaped_holds_nothing(tmp_path: Path) -> None:
     zombie = subprocess.Popen(["true"])  # not waited for: a zombie once it exits
     try:

@@ -17,6 +17,22 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+#: How much later than the lock's pid file a process may seem to start and still be its
+#: writer: the boot time /proc gives is whole seconds.
+REUSED_AFTER_S = 2.0
+
+
+def started(ticks: int) -> float | None:
+    """When a process started, as ``time.time()`` counts, from its ``/proc/PID/stat``
+    start time (clock ticks since boot); None where /proc does not say."""
+    try:
+        with open("/proc/stat") as f:
+            boot = next(int(ln.split()[1]) for ln in f if ln.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
 def alive(a: dict[str, Any], lock: str) -> tuple[str, bool]:
     """The run that holds ``lock``, and whether it still does."""
     try:
@@ -26,9 +42,11 @@ def alive(a: dict[str, Any], lock: str) -> tuple[str, bool]:
         run, ndir = "", ""
     if ndir and os.path.exists(os.path.join(ndir, a["exit"])):
         return run, False  # the run ended there (its launch.sh may linger a moment)
+    pid_file = os.path.join(lock, a["pid"])
     try:
-        with open(os.path.join(lock, a["pid"])) as f:
+        with open(pid_file) as f:
             pid = int(f.read())
+        written = os.stat(pid_file).st_mtime
     except (OSError, ValueError):  # not started yet: live while the launch may still be on
         try:
             return run, time.time() - os.stat(lock).st_mtime < a["young_s"]
@@ -36,9 +54,15 @@ def alive(a: dict[str, Any], lock: str) -> tuple[str, bool]:
             return run, False
     try:
         with open(f"/proc/{pid}/stat") as f:
-            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                return run, False  # ended, not yet reaped
-    except (OSError, IndexError):
+            fields = f.read().rsplit(")", 1)[1].split()
+        if fields[0] == "Z":
+            return run, False  # ended, not yet reaped
+        born = started(int(fields[19]))
+        # the shell writes its own pid: a process with that pid born later is another one,
+        # the pid reused (they come round fast where pid_max is 32768)
+        if born is not None and born > written + REUSED_AFTER_S:
+            return run, False
+    except (OSError, IndexError, ValueError):
         pass
     try:
         os.kill(pid, 0)

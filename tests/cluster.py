@@ -366,6 +366,38 @@ class Cluster:
         finally:
             self._write_hosts_files()
 
+    @contextlib.contextmanager
+    def filtering(self, host: Host | str, port: int, verdict: str = "drop") -> Iterator[str]:
+        """An nft table in the host whose input chain drops TCP to ``port`` (or answers with
+        ``verdict``, e.g. ``reject with tcp reset``), lo included; yields the table's name,
+        for rules put ahead of the block."""
+        table = "ddptui_test"
+        rules = (f"table inet {table} {{\n chain input {{\n"
+                 f"  type filter hook input priority 0; policy accept;\n"
+                 f"  tcp dport {port} {verdict}\n }}\n}}\n")
+        self.exec(host, ["nft", "-f", "-"], input=rules.encode(), check=True)
+        try:
+            yield table
+        finally:
+            self.exec(host, ["nft", "delete", "table", "inet", table], check=True)
+
+    @contextlib.contextmanager
+    def holding_port(self, host: Host | str, port: int,
+                     seconds: float = 120) -> Iterator[subprocess.Popen[bytes]]:
+        """Another program listening on ``port`` in the host (on every address) while it
+        lasts, once it listens."""
+        h = self.host(host)
+        code = ("import socket, time; s = socket.socket(); "
+                f"s.bind(('0.0.0.0', {port})); s.listen(); time.sleep({seconds})")
+        holder = subprocess.Popen(in_host(h, sys.executable, "-c", code),
+                                  stdin=subprocess.DEVNULL)
+        try:
+            self.wait_port(h.ip, port, timeout=10)
+            yield holder
+        finally:
+            holder.kill()
+            holder.wait(timeout=10)
+
     def _start_keygen(self) -> list[subprocess.Popen[bytes]]:
         """The client key and every host key, generated concurrently."""
         def gen(path: Path, comment: str) -> subprocess.Popen[bytes]:

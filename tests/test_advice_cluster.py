@@ -9,19 +9,17 @@ advice any more: the route's address is used for the user (the first test).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import Cluster, in_host
+from cluster import Cluster
 from jobs import ddptui, run_id_of, seqs, spawn_ddptui, write_job
 
 pytestmark = [pytest.mark.cluster, pytest.mark.torchrun]
@@ -69,19 +67,6 @@ def ended_well(res: subprocess.CompletedProcess[str], tmp: Path, lines: int = 4)
     for rank in range(4):
         assert seqs(run_dir / "ranks" / f"rank{rank}.log") == list(range(lines)), rank
     return run_dir
-
-
-@contextlib.contextmanager
-def firewall(c: Cluster, host: str, port: int, verdict: str) -> Iterator[str]:
-    """TCP to ``port`` dropped (or answered with ``verdict``) in the host; yields the table."""
-    rules = (f"table inet ddptui_advice {{\n chain input {{\n"
-             f"  type filter hook input priority 0; policy accept;\n"
-             f"  tcp dport {port} {verdict}\n }}\n}}\n")
-    c.exec(host, ["nft", "-f", "-"], input=rules.encode(), check=True)
-    try:
-        yield "ddptui_advice"
-    finally:
-        c.exec(host, ["nft", "delete", "table", "inet", "ddptui_advice"], check=True)
 
 
 def test_names_resolving_to_loopback_use_the_routes_address(cluster2: Cluster,
@@ -182,7 +167,7 @@ def test_a_firewalled_port_then_allowed(cluster2: Cluster, tmp_path: Path,
                                         verdict: str) -> None:
     port = next(_ports)
     path = hosts(cluster2, tmp_path, port=port)
-    with firewall(cluster2, "node1", port, verdict) as table:
+    with cluster2.filtering("node1", port, verdict) as table:
         said = refused(run(path, tmp_path))
         advice = re.findall(r"Allow TCP (\d+) into node (\S+) from (the other nodes|node "
                             r"(\S+) itself)", said)
@@ -200,18 +185,10 @@ def test_a_firewalled_port_then_allowed(cluster2: Cluster, tmp_path: Path,
 def test_a_port_held_by_another_program_then_a_free_port(cluster2: Cluster,
                                                         tmp_path: Path) -> None:
     port = next(_ports)
-    code = ("import socket, time; s = socket.socket(); "
-            f"s.bind(('0.0.0.0', {port})); s.listen(); time.sleep(120)")
-    holder = subprocess.Popen(in_host(cluster2["node1"], sys.executable, "-c", code),
-                              stdin=subprocess.DEVNULL)
-    try:
-        Cluster.wait_port(cluster2["node1"].ip, port, timeout=10)
+    with cluster2.holding_port("node1", port):
         said = refused(run(hosts(cluster2, tmp_path, port=port), tmp_path))
         assert "set `rendezvous.port` to a free port" in said, said
         ended_well(run(hosts(cluster2, tmp_path), tmp_path), tmp_path)
-    finally:
-        holder.kill()
-        holder.wait(timeout=10)
 
 
 def test_a_port_held_by_another_run_then_that_run_stopped(cluster2: Cluster,

@@ -7,18 +7,16 @@ the healthy cluster the first test proves passes.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import Cluster, in_host
+from cluster import Cluster
 from jobs import ddptui, marked_pids, run_id_of, write_job
 
 pytestmark = [pytest.mark.cluster]
@@ -62,20 +60,6 @@ def marks(out: str, node: str) -> dict[str, str]:
     return dict(zip(names, row(out, node), strict=True))
 
 
-@contextlib.contextmanager
-def dropped(c: Cluster, host: str, port: int, verdict: str = "drop") -> Iterator[None]:
-    """An nft rule in the host's namespace that silently drops TCP to ``port`` (or answers
-    with ``verdict``, e.g. a reset)."""
-    rules = (f"table inet ddptui_test {{\n chain input {{\n"
-             f"  type filter hook input priority 0; policy accept;\n"
-             f"  tcp dport {port} {verdict}\n }}\n}}\n")
-    c.exec(host, ["nft", "-f", "-"], input=rules.encode(), check=True)
-    try:
-        yield
-    finally:
-        c.exec(host, ["nft", "delete", "table", "inet", "ddptui_test"], check=True)
-
-
 def test_healthy_cluster_passes(cluster2: Cluster, tmp_path: Path) -> None:
     path, port = hosts_file(cluster2, tmp_path)
     res = check(path, tmp_path)
@@ -106,7 +90,7 @@ def test_healthy_cluster_passes(cluster2: Cluster, tmp_path: Path) -> None:
 def test_firewall_on_the_rendezvous_port(cluster2: Cluster, tmp_path: Path, verdict: str,
                                          said: str) -> None:
     path, port = hosts_file(cluster2, tmp_path)
-    with dropped(cluster2, "node1", port, verdict):
+    with cluster2.filtering("node1", port, verdict):
         res = check(path, tmp_path)
     assert res.returncode == 1, res.stdout + res.stderr
     want = said.format(ip=cluster2["node1"].ip, port=port)
@@ -116,16 +100,8 @@ def test_firewall_on_the_rendezvous_port(cluster2: Cluster, tmp_path: Path, verd
 
 def test_port_already_bound_on_the_endpoint(cluster2: Cluster, tmp_path: Path) -> None:
     path, port = hosts_file(cluster2, tmp_path)
-    code = ("import socket, time; s = socket.socket(); "
-            f"s.bind(('0.0.0.0', {port})); s.listen(); time.sleep(60)")
-    holder = subprocess.Popen(in_host(cluster2["node1"], sys.executable, "-c", code),
-                              stdin=subprocess.DEVNULL)
-    try:
-        Cluster.wait_port(cluster2["node1"].ip, port, timeout=10)
+    with cluster2.holding_port("node1", port, seconds=60) as holder:
         res = check(path, tmp_path)
-    finally:
-        holder.kill()
-        holder.wait(timeout=10)
     assert res.returncode == 1, res.stdout + res.stderr
     assert marks(res.stdout, "node1")["port"] == "✗"
     line = next(ln for ln in failures(res.stdout) if ln.startswith("✗ port:"))
@@ -184,7 +160,7 @@ def test_missing_interpreter(cluster2: Cluster, tmp_path: Path) -> None:
 
 def test_run_stops_at_the_automatic_preflight(cluster2: Cluster, tmp_path: Path) -> None:
     path, port = hosts_file(cluster2, tmp_path)
-    with dropped(cluster2, "node1", port):
+    with cluster2.filtering("node1", port):
         res = ddptui("run", str(path), "--headless", state=tmp_path / "state", timeout=120)
     assert res.returncode == 2, res.stdout + res.stderr
     assert "Traceback" not in res.stderr

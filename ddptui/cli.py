@@ -251,10 +251,6 @@ def _dispatch(args: argparse.Namespace) -> int:
         from ddptui.faces.stacks import show_stacks
 
         return show_stacks(args.state_dir, args.run_id, rank=args.rank)
-    from ddptui.live.attach import NothingLeft
-    from ddptui.live.session import Session
-    from ddptui.outcome import LaunchError
-
     shaped = args.command == "logs" and (args.shape != "table" or args.compare is not None
                                          or args.align != "step")
     if args.command == "logs" and (args.telemetry or args.metrics or shaped):
@@ -284,6 +280,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         cfg = slurm_nodes(cfg, args.slurm_job) if cfg is not None else None
         if cfg is None:
             return USAGE_EXIT
+    run_id, warm = getattr(args, "run_id", None), frozenset[str]()
+    if args.command == "run" and args.headless and run_id is None and cfg is not None:
+        from ddptui.launch import warm as warm_start  # torchrun imports while ddptui does
+
+        run_id, warm = warm_start.new_run(cfg)
     if args.command in ("dashboard", "run") and not getattr(args, "headless", False):
         from ddptui.tui.app import run_dashboard
 
@@ -303,6 +304,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         return stop_run(args.state_dir, args.run_id, args.grace)
 
     from ddptui.faces.headless import Printer, run_headless
+    from ddptui.live.attach import NothingLeft
+    from ddptui.live.session import Session
+    from ddptui.outcome import LaunchError
 
     if args.command == "attach":
         try:
@@ -318,11 +322,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     if cfg is None:  # only `run` comes here, its hosts resolved above
         return USAGE_EXIT
     try:
-        session = Session(cfg, state_root=args.state_dir, run_id=args.run_id)
+        session = Session(cfg, state_root=args.state_dir, run_id=run_id)
     except LaunchError as e:
         print(f"ddptui: the run was not started: {e}", file=sys.stderr)
         return USAGE_EXIT
-    session.preflight = not args.no_preflight
+    session.preflight, session.warm = not args.no_preflight, warm
     session.add_listener(Printer(metrics=not args.no_metrics, store=session.store))
     print(f"ddptui: run {session.run_id}: {len(session.config.nodes)} node(s), logs in "
           f"{session.local_dir}", flush=True)

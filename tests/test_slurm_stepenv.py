@@ -20,7 +20,8 @@ from ddptui.diagnose.preflight import Mark, parse_report
 from ddptui.diagnose.preflight.report import Gpu, GpuInfo, TorchInfo
 from ddptui.remote.nodeops import StopResult
 from ddptui.remote.stop import stop_all
-from ddptui.transport.srun import SrunTransport, stepenv
+from ddptui.transport.srun import stepenv
+from ddptui.transport.srun.transport import SrunTransport
 
 #: An salloc shell's environment after the user's exports, beside a login's own.
 SALLOC_SHELL = {

@@ -13,7 +13,8 @@ import pytest
 
 from ddptui.config import NodeConfig
 from ddptui.transport.base import Detached, PythonCommand, TransportError
-from ddptui.transport.srun import SrunTransport, frames
+from ddptui.transport.srun import frames
+from ddptui.transport.srun.transport import SrunTransport
 
 
 class HereTransport(SrunTransport):

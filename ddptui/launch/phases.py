@@ -18,7 +18,7 @@ from ddptui.diagnose.preflight import Mark
 from ddptui.diagnose.preflight.report import TorchInfo
 from ddptui.events import Level, ssh_line
 from ddptui.launch import precheck as node_checks
-from ddptui.launch import project, rank_env, reserve, staging, withheld
+from ddptui.launch import project, rank_env, reserve, staging, warm, withheld
 from ddptui.launch.plan import NodeLaunch, Plan, expand_home, make_plan
 from ddptui.launch.ports import Abort, LaunchContext, on_every_node
 from ddptui.launch.rank_env import probe_as_ranks
@@ -31,6 +31,19 @@ from ddptui.transport.base import TransportError
 
 
 def launch(ctx: LaunchContext, *, checks_first: bool, planned: Callable[[Plan], Plan]) -> None:
+    """:func:`in_order`; a launch that does not end well cancels the run's steps where
+    torchrun was started as ddptui started (``launch.warm``): one that took nothing yet
+    would import torch for nothing, and the others are stopped by the undo anyway."""
+    try:
+        in_order(ctx, checks_first=checks_first, planned=planned)
+    except BaseException:
+        if ctx.warm:
+            warm.cancel(ctx.config, ctx.run_id)
+        raise
+
+
+def in_order(ctx: LaunchContext, *, checks_first: bool, planned: Callable[[Plan], Plan]
+             ) -> None:
     """Every phase in order; ``planned`` takes each plan as it is made; ``checks_first``:
     the fast preflight (``--no-preflight``: False).
 
@@ -52,6 +65,8 @@ def launch(ctx: LaunchContext, *, checks_first: bool, planned: Callable[[Plan], 
     plan = planned(make_node_plans(ctx, homes, walked, hold, rdzv_store))
     early = hold is not None and start_early(ctx, plan)
     if hold is not None and not early:
+        if ctx.warm:  # none of them will be taken now
+            warm.cancel(ctx.config, ctx.run_id)
         plan = planned(make_node_plans(ctx, homes, walked, rdzv_store=rdzv_store))
     envs = rank_env.for_plan(ctx.config, plan)
     checking = beside(lambda: node_checks.gather_for_launch(ctx.config, ctx.pool.all(), envs)
@@ -182,12 +197,15 @@ def make_node_plans(ctx: LaunchContext, homes: dict[str, str], walked: Walked | 
     return plan
 
 
-def _upload(ctx: LaunchContext, node_launch: NodeLaunch) -> None:
+def _upload(ctx: LaunchContext, node_launch: NodeLaunch, warm_spec: str | None = None) -> None:
     name = node_launch.node.name
     ctx.node_update(name, NodeEvent.UPLOAD, "")
+    spec = None
+    if warm_spec is not None and ctx.hold_s is not None:
+        spec = (warm_spec, staging.warm_spec(node_launch, ctx.hold_s, node_launch.lock))
     try:
         if staging.upload(ctx.pool.get(name), node_launch, ctx.config.job,
-                          ctx.routes.get(name)):
+                          ctx.routes.get(name), spec):
             ctx.new_workdirs.add(name)
     except staging.RunExists:
         ctx.not_ours.add(name)
@@ -213,9 +231,14 @@ def start_early(ctx: LaunchContext, plan: Plan) -> bool:
     """Put every node's files in place and start its torchrun held; False (with whatever
     was done undone) when any node could not, for the launch to go on in order."""
     def early(node_launch: NodeLaunch) -> None:
-        _upload(ctx, node_launch)
         name = node_launch.node.name
-        ctx.record.node(name, pgid=staging.start(ctx.pool.get(name), node_launch, ctx.run_id))
+        spec = warm.spec_path(node_launch.node_dir) if name in ctx.warm else None
+        _upload(ctx, node_launch, spec)
+        transport = ctx.pool.get(name)
+        pgid = staging.take_warm(transport, node_launch, spec) if spec is not None else None
+        if pgid is None:
+            pgid = staging.start(transport, node_launch, ctx.run_id)
+        ctx.record.node(name, pgid=pgid)
 
     failed = failures(map_at_once(plan.nodes, early))
     if ctx.not_ours:  # going on in order would meet the same: the name is taken

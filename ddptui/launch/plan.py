@@ -43,6 +43,8 @@ class NodeLaunch:
     project_dir: str | None = None
     #: Started early: torchrun imports torch, then holds until ddptui releases it.
     held: bool = False
+    #: The rendezvous port's lock that this node's launch keeps live (``launch.reserve``).
+    lock: str | None = None
 
     @property
     def hold_path(self) -> str:
@@ -141,11 +143,11 @@ def make_plan(
             *entry, *config.job.args,
         )
         env = node_env(config, node, run_id, rank)
+        lock = (locks or {}).get(node.name)
         launches.append(NodeLaunch(
             node, rank, ndir, argv, env,
-            launch_script(run_id, node.name, rank, ndir, argv, env, project, hold_s,
-                          (locks or {}).get(node.name)), project,
-            hold_s is not None))
+            launch_script(run_id, node.name, rank, ndir, argv, env, project, hold_s, lock),
+            project, hold_s is not None, lock))
     counts = [n.nproc_per_node for n in config.nodes if isinstance(n.nproc_per_node, int)]
     world = sum(counts) if len(counts) == len(config.nodes) else None
     return Plan(run_id, tuple(launches), world)

@@ -127,6 +127,8 @@ class LaunchContext:
     not_ours: set[str] = field(default_factory=set)
     #: The address and interfaces preflight chose for nodes whose own name fails.
     routes: dict[str, RouteChoice] = field(default_factory=dict)
+    #: Nodes whose torchrun was started as ddptui started (``launch.warm``).
+    warm: frozenset[str] = frozenset()
 
     def started(self) -> bool:
         """Some node's launch.sh runs (or ran) for this launch: it has a pgid."""

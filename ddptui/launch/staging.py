@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import shlex
 import time
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from ddptui import nodeprog
 from ddptui.config import JobConfig
 from ddptui.diagnose.preflight.route import RouteChoice
 from ddptui.launch.plan import NodeLaunch
-from ddptui.nodeprog import torchrun_tee
+from ddptui.nodeprog import torchrun_tee, warm_start
 from ddptui.outcome import LaunchError
 from ddptui.remote import nodeops
 from ddptui.remote.reach import failures, map_at_once
@@ -28,6 +29,9 @@ from ddptui.transport.base import Transport
 START_TIMEOUT_S = 15
 #: Between two looks for the pgid launch.sh writes first thing (a few ms after its start).
 PGID_POLL_S = 0.01
+#: How long a warm torchrun has to take its spec once written (it looks every 10 ms, beside
+#: its import of torch) before it is given up and launch.sh started instead.
+WARM_TAKE_S = 3.0
 
 
 def worker_files() -> list[Path]:
@@ -64,11 +68,26 @@ def route_text(chosen: RouteChoice) -> str:
     return json.dumps({"argv": argv, "env": dict(chosen.env)})
 
 
+def warm_spec(node_launch: NodeLaunch, hold_s: float, lock: str | None) -> bytes:
+    """What a warm torchrun (:func:`ddptui.nodeprog.torchrun_tee.warm`) takes in place of
+    launch.sh's lines: torchrun's arguments, the ranks' environment and project, the hold, and
+    the files launch.sh would write (its process group, the port lock's pid, its exit code)."""
+    ndir = node_launch.node_dir
+    return json.dumps({
+        "argv": list(node_launch.argv[2:]), "env": node_launch.env,
+        "project": node_launch.project_dir, "hold": node_launch.hold_path, "hold_s": hold_s,
+        "pgid": rundir.in_node_dir(ndir, rundir.PGID),
+        "lock_pid": f"{lock}/{rundir.LOCK_PID}" if lock else None,
+        "log": rundir.in_node_dir(ndir, rundir.NODE_LOG),
+        "exit_code": rundir.in_node_dir(ndir, rundir.EXIT_CODE)}).encode()
+
+
 def upload(transport: Transport, node_launch: NodeLaunch, job: JobConfig,
-           route: RouteChoice | None = None) -> bool:
+           route: RouteChoice | None = None, warm: tuple[str, bytes] | None = None) -> bool:
     """The node dir with everything ``launch.sh`` needs, and an empty ``node.log`` so that a
-    follower that reads before torchrun writes finds the file. True when the workdir was made
-    by this upload (an undone launch removes it again)."""
+    follower that reads before torchrun writes finds the file; ``warm``: a warm torchrun's
+    spec and where it looks for it, written last. True when the workdir was made by this
+    upload (an undone launch removes it again)."""
     ndir = node_launch.node_dir
     worker_dir = rundir.in_node_dir(ndir, rundir.WORKER_PACKAGE)
     dirs = [node_launch.log_dir, *([worker_dir] if job.is_bundled_worker else [])]
@@ -98,7 +117,33 @@ def upload(transport: Transport, node_launch: NodeLaunch, job: JobConfig,
     # SFTP exchange), and none needs another
     for failed in failures(map_at_once(files, lambda f: transport.put_bytes(*f))):
         raise failed.error
+    if warm is not None:  # once the rest is there: the warm torchrun takes it at once
+        transport.put_bytes(warm[1], warm[0], 0o600)
     return nodeops.NEW_WORKDIR in res.stdout
+
+
+def take_warm(transport: Transport, node_launch: NodeLaunch, spec: str) -> int | None:
+    """The process group of the node's warm torchrun, once it took its ``spec``; None when it
+    did not within :data:`WARM_TAKE_S` and was given up (the spec renamed away from it and
+    emptied), for launch.sh to be started instead."""
+    pgid_path = rundir.in_node_dir(node_launch.node_dir, rundir.PGID)
+    deadline, given_up = time.monotonic() + WARM_TAKE_S, False
+    while True:
+        try:
+            return int(transport.read_from(pgid_path, 0, 64).decode().strip())
+        except (FileNotFoundError, ValueError):
+            if time.monotonic() > deadline:
+                if given_up:
+                    raise LaunchError([f"node {node_launch.node.name}: torchrun, started as "
+                                       "ddptui started, took its launch but did not say its "
+                                       f"process group within {START_TIMEOUT_S} s"]) from None
+                void = shlex.quote(spec + warm_start.VOID)
+                res = transport.run(f"mv -- {shlex.quote(spec)} {void} && : > {void}",
+                                    timeout=30)
+                if res.exit_code == 0:
+                    return None
+                deadline, given_up = time.monotonic() + START_TIMEOUT_S, True  # just taken
+            time.sleep(PGID_POLL_S)
 
 
 def start(transport: Transport, node_launch: NodeLaunch, run_id: str, *,

@@ -9,10 +9,8 @@ session. Every stop goes through one :class:`~ddptui.remote.stop.Stopper`. The f
 
 from __future__ import annotations
 
-import secrets
 import threading
 import time
-from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import Unpack
@@ -20,8 +18,8 @@ from typing import Unpack
 from ddptui.config import HostsConfig
 from ddptui.config.secrets import config_masker
 from ddptui.events import Event, Level, NodeState, NodeStatus, RunStatus, ssh_line
-from ddptui.launch import phases, withheld
-from ddptui.launch.plan import Plan, new_run_id
+from ddptui.launch import phases, warm, withheld
+from ddptui.launch.plan import Plan
 from ddptui.launch.ports import Abort, LaunchContext, NodePool
 from ddptui.live import attach
 from ddptui.live.allocation import Allocation
@@ -75,7 +73,7 @@ class Session:
                  record: RunRecord | None = None) -> None:
         self.config, self.scanner = config, Scanners(config.metrics.parse, config.metrics.patterns)
         self.root = resolve_state_root(state_root)
-        self.run_id = run_id or new_run_id(datetime.now(), secrets.token_hex(2))
+        self.run_id = run_id or warm.fresh_run_id()
         self.local_dir = rundir.run_dir(self.root, self.run_id)
         if record is None and (taken := run_taken(self.root, self.run_id)):
             raise LaunchError([taken])
@@ -95,6 +93,7 @@ class Session:
         self.preflight = True
         #: How long torchrun, started before the probe, preflight and sync, holds at most.
         self.hold_s = torchrun_tee.HOLD_S
+        self.warm: frozenset[str] = frozenset()  # nodes of a ``launch.warm`` start
         self.result: RunResult | None = None
         self.poll = poll
         self.masker = config_masker(config)  # secret env values, hidden in every line kept
@@ -162,7 +161,7 @@ class Session:
     def _context(self) -> LaunchContext:
         return LaunchContext(self.config, self.run_id, self.root, self.pool,
                              self.node_update, self.publish, self.recorder, self.stopper,
-                             self.hold_s)
+                             self.hold_s, warm=self.warm)
 
     def launch(self) -> None:
         """Every phase in order (:func:`ddptui.launch.phases.launch`), all or nothing; on

@@ -1,11 +1,9 @@
-"""A file written or read on a node for the srun connection (``SrunTransport.put_bytes`` and
-``read_from``), run inside its agent: a write or a follower's read was a shell and two or
-three programs (``mktemp``, ``cat``, ``chmod``, ``mv``; ``tail``, ``head``), and a follower
-reads many times a second.
+"""A file written on a node for the srun connection (``SrunTransport.put_bytes``), run inside
+its agent: a write was a shell and four programs (``mktemp``, ``cat``, ``chmod``, ``mv``).
+(A read is the agent's own: ``srun_agent.Agent.read``.)
 
 ``put PATH MODE``: stdin's bytes become PATH, written under a temporary name beside it and
-renamed over it, with MODE (octal). ``read PATH OFFSET MAX ABSENT``: up to MAX bytes of PATH
-from OFFSET on stdout; exit code ABSENT when there is no such file.
+renamed over it, with MODE (octal).
 
 Run by the agent's interpreter, which may be as old as 3.6 (as the agent's).
 """
@@ -39,27 +37,5 @@ def put(path: str, mode: int) -> None:
         sys.exit(f"{e.strerror}: {e.filename or path}")
 
 
-def read(path: str, offset: int, most: int, absent: int) -> None:
-    try:
-        f = open(path, "rb")  # noqa: SIM115  (closed below: its absence has an exit of its own)
-    except FileNotFoundError:
-        sys.exit(absent)
-    except OSError as e:
-        sys.exit(f"{e.strerror}: {path}")
-    with f:
-        f.seek(offset)
-        out = sys.stdout.buffer
-        while most > 0:
-            data = f.read(min(most, PIECE))
-            if not data:
-                break
-            out.write(data)
-            most -= len(data)
-        out.flush()
-
-
 if __name__ == "__main__":
-    if sys.argv[1] == "put":
-        put(sys.argv[2], int(sys.argv[3], 8))
-    else:
-        read(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+    put(sys.argv[2], int(sys.argv[3], 8))

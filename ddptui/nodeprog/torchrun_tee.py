@@ -41,6 +41,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from ddptui.nodeprog.bar_states import cut, ending, showing
+from ddptui.nodeprog.warm_start import NOT_RELEASED, WARM, warm_enter, warm_split
 
 #: Characters read from a rank's file at a time.
 CHUNK = 1 << 18
@@ -57,7 +58,7 @@ SHAPE = ("header", "file", "dst", "finished", "interval_sec", "log_line_filter")
 #: launch.sh's exit code when the project directory is gone: no torchrun was started.
 EXIT_NO_PROJECT = 98
 #: The exit code of a hold that ended without a release: no torchrun was started.
-EXIT_NOT_RELEASED = 96
+EXIT_NOT_RELEASED = NOT_RELEASED
 #: Where the hold file is renamed: by ddptui to release it, by the hold to give up.
 GO = "go"
 EXPIRED = "expired"
@@ -224,8 +225,14 @@ def warm_up() -> None:
 def main() -> None:
     """torchrun run as ``python -m torch.distributed.run`` runs it: its module as
     ``__main__``, whose logger torch leaves unformatted (the agent lines ddptui reads)."""
+    told = warm_split(sys.argv[2]) if sys.argv[1:2] == [WARM] else None
     install()
     install_exits()
+    if told is not None:  # run as ``python -c``: no file of its own
+        warm_up()
+        folder = warm_enter(*told)
+    else:
+        folder = os.path.dirname(os.path.abspath(__file__))
     held = os.environ.pop("DDPTUI_HOLD", None)
     seconds = float(os.environ.pop("DDPTUI_HOLD_S", HOLD_S))
     cwd = os.environ.pop("DDPTUI_CWD", None)
@@ -236,7 +243,7 @@ def main() -> None:
                   f"undone, or took over {seconds:g} s and starts torchrun again)",
                   file=sys.stderr)
             sys.exit(EXIT_NOT_RELEASED)
-    apply_route(os.path.dirname(os.path.abspath(__file__)))
+    apply_route(folder)
     if cwd:
         try:
             os.chdir(cwd)

@@ -16,7 +16,7 @@ def make_transport(node: NodeConfig, config: HostsConfig) -> Transport:
     if node.is_local:
         return LocalTransport(node)
     if node.transport == "srun":
-        from ddptui.transport.srun import SrunTransport
+        from ddptui.transport.srun.transport import SrunTransport
 
         if config.slurm is None or config.slurm.job is None:
             raise ValueError(f"node {node.name}: transport srun without an allocation")

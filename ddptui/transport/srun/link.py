@@ -89,6 +89,12 @@ class AgentLink:
         return self._open(frames.PROGRAM, {"src": source, "argv": list(args), "stdin": stdin},
                           fed)
 
+    def open_read(self, path: str, offset: int, most: int, absent: int) -> Channel:
+        """Up to ``most`` bytes of the node's file ``path`` from ``offset``, as the output of
+        a command that exits 0, or ``absent`` when there is no such file."""
+        return self._open(frames.READ, {"path": path, "offset": offset, "most": most,
+                                        "absent": absent}, None)
+
     def _open(self, kind: int, spec: dict[str, object], fed: bytes | None) -> Channel:
         """A stdin known whole (``fed``) goes in the same write as the start and its end:
         one message for srun to forward to the step and the agent to read, not three."""

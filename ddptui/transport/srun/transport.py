@@ -11,7 +11,6 @@ the run on that node.
 from __future__ import annotations
 
 import contextlib
-import os
 import shlex
 import subprocess
 import threading
@@ -31,7 +30,7 @@ from ddptui.transport.base import (
     Stopped,
     TransportError,
 )
-from ddptui.transport.srun import frames, stepenv
+from ddptui.transport.srun import frames, steps
 from ddptui.transport.srun.agent import SOURCE
 from ddptui.transport.srun.link import WHOLE, AgentLink, Channel, LinkClosed
 from ddptui.transport.srun.names import AGENT_STEP, step_name
@@ -48,6 +47,20 @@ _ABSENT = 66
 _FILES_SRC = nodeprog.source(node_files)
 
 
+class _Read(str):
+    """A read of a node's file by the agent itself (:data:`.frames.READ`), named as the
+    messages about a command name it."""
+
+    path: str
+    offset: int
+    most: int
+
+    def __new__(cls, path: str, offset: int, most: int) -> _Read:
+        read = super().__new__(cls, f"read {path} from byte {offset}")
+        read.path, read.offset, read.most = path, offset, most
+        return read
+
+
 class SrunTransport:
     """A node of allocation ``job``; one session thread plus occasional other callers."""
 
@@ -61,14 +74,8 @@ class SrunTransport:
         self._home: str | None = None
 
     def srun(self, *argv: str, name: str = AGENT_STEP) -> list[str]:
-        """A step of the job on this node alone, beside the steps already there, with every
-        CPU the job holds there: ``--whole`` gives the step the node's whole allocation, and
-        ``--cpu-bind=none`` keeps Slurm from binding its one task (all of torchrun's ranks)
-        to the one CPU a task is given by default. ``srun`` runs without what it would read
-        as options from this environment (:mod:`.stepenv`)."""
-        return [*stepenv.unset_argv(os.environ), "srun", "--overlap", "--whole",
-                "--cpu-bind=none", f"--jobid={self.job}", f"--nodelist={self.host}",
-                "--nodes=1", "--ntasks=1", "--quiet", "--unbuffered", f"--job-name={name}", *argv]
+        """A step of the job on this node alone (:func:`.steps.step_argv`)."""
+        return steps.step_argv(self.job, self.host, name, *argv)
 
     def connect(self, timeout: float = 30.0) -> None:
         self.close()
@@ -107,6 +114,8 @@ class SrunTransport:
         new interpreter); any other command with ``sh -c``. ``fed``: its whole stdin."""
         try:
             link = self._active()
+            if isinstance(command, _Read):
+                return link.open_read(command.path, command.offset, command.most, _ABSENT)
             if isinstance(command, PythonCommand) and command.python == self.python:
                 return link.open_program(command.source, command.args, stdin, fed)
             return link.open(command, stdin, fed)
@@ -172,12 +181,9 @@ class SrunTransport:
         """The run's own step, its ``srun`` let go here (a new session, reparented), so that
         it lives on when ddptui ends; its task is ``job`` itself, not a daemon it leaves. Of
         Slurm's variables its ranks keep only the job's and the node's (:mod:`.stepenv`)."""
-        argv = self.srun("sh", "-c", stepenv.ranks_unset() + job.foreground(),
-                         name=job.name or "ddptui-run")
         try:
-            subprocess.run(["setsid", "-f", *argv], stdin=subprocess.DEVNULL,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           timeout=timeout, check=True)
+            steps.let_go(self.job, self.host, job.foreground(), job.name or "ddptui-run",
+                         timeout)
         except (OSError, subprocess.SubprocessError) as exc:
             return CommandResult(1, "", f"could not start srun for the run's step: {exc}")
         return CommandResult(0, "started\n", "")
@@ -204,9 +210,8 @@ class SrunTransport:
     def read_from(self, remote_path: str, offset: int, max_bytes: int) -> bytes:
         if max_bytes <= 0:
             return b""
-        out, err, code = self._collect(self._files("read", remote_path, str(int(offset)),
-                                                   str(int(max_bytes)), str(_ABSENT)),
-                                       120, None, None)
+        out, err, code = self._collect(_Read(remote_path, int(offset), int(max_bytes)), 120,
+                                       None, None)
         if code == _ABSENT:
             raise FileNotFoundError(remote_path)
         if code != 0:

@@ -143,6 +143,47 @@ def test_a_project_runs_in_an_allocation_every_step_once(slurm_cluster: SlurmClu
         c.scancel(job)
 
 
+def leaders(tmp: Path, run_id: str) -> list[str]:
+    """What leads each node's process group, as run.json names it: "warm" for a warm
+    torchrun's step (``launch/warm.py``), "launch.sh" for one started in order."""
+    meta = json.loads((tmp / "state" / "runs" / run_id / "run.json").read_text())
+    said = []
+    for n in meta["nodes"]:
+        argv = Path(f"/proc/{n['pgid']}/cmdline").read_bytes().split(b"\0")
+        said.append("warm" if b"--ddptui-warm" in argv else
+                    "launch.sh" if any(a.endswith(b"launch.sh") for a in argv) else repr(argv))
+    return said
+
+
+def test_a_warm_start_that_cannot_take_its_launch_is_given_up_for_launch_sh(
+        slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    """The node's Python refuses to be a warm torchrun (it exits at once): each node's spec
+    waits its time, is given up (emptied: it holds the ranks' environment), and launch.sh
+    starts torchrun instead; the run trains every step once and leaves nothing."""
+    c = slurm_cluster
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\ncase "$*" in *--ddptui-warm*) exit 1;; esac\n'
+                       f'exec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    job = c.salloc(2)
+    try:
+        path = hosts(c, tmp_path, {"job": job}, 40, 0.1)
+        path.write_text(path.read_text().replace(sys.executable, str(wrapper)))
+        proc, out = spawn(c, tmp_path, "run", str(path), "--headless")
+        text = wait_for(out, r"^\[sn2 r3\] step 3 ", proc)
+        assert leaders(tmp_path, run_id_of(text)) == ["launch.sh", "launch.sh"]
+        assert exit_code(proc, out, 120) == 0, out.read_text()[-3000:]
+        text = out.read_text()
+        assert Counter((n, int(r), int(s)) for n, r, s in STEP_RE.findall(text)) == Counter(
+            (f"sn{1 + r // 2}", r, s) for r in range(4) for s in range(1, 41))
+        voided = sorted((tmp_path / "w").rglob("warm.json*"))
+        assert [p.name for p in voided] == ["warm.json.void"] * 2
+        assert all(p.read_bytes() == b"" for p in voided)
+        nothing_left(c, job, run_id_of(text))
+    finally:
+        c.scancel(job)
+
+
 def test_a_stop_mid_run_leaves_nothing_and_the_allocation_alive(slurm_cluster: SlurmCluster,
                                                                tmp_path: Path) -> None:
     stop_mid_run(slurm_cluster, tmp_path, [sys.executable, "-m", "ddptui.cli"])
@@ -199,6 +240,7 @@ def stop_mid_run(c: SlurmCluster, tmp: Path, argv: list[str], env: dict[str, Any
                                      str(hosts_file), "--headless"], stdout=f,
                                     stderr=subprocess.STDOUT, env={**os.environ, **c.env})
         text = wait_for(out, r"^\[sn2 r3\] step 3 ", proc)
+        assert leaders(tmp, run_id_of(text)) == ["warm", "warm"]  # started as ddptui started
         proc.send_signal(signal.SIGINT)  # how fast it stops: bench/stop.py, not a test
         assert exit_code(proc, out, 60) == 130, out.read_text()[-3000:]
         text = out.read_text()

@@ -147,21 +147,26 @@ def test_a_spec_taken_late_is_waited_for_not_started_twice(
         late.wait(timeout=30)
 
 
-def test_warm_start_is_for_slurm_nodes_of_a_known_job_without_setup(tmp_path: Path) -> None:
+def test_warm_start_wants_no_setup_and_a_workdir_the_node_can_expand(tmp_path: Path) -> None:
+    """At once for this machine and for a step of a job known now; an SSH node's once it is
+    reached (``warm.over``); never before setup commands, nor with a workdir ``~other``."""
     local = load_config_text(tmp_path)
-    assert not warm.wanted(local)
     path = tmp_path / "s.yaml"
     path.write_text("slurm: {job: '12'}\njob: {script: j.py}\n")
     slurm = load_config(path).slurm
-    node = dataclasses.replace(local.nodes[0], transport="srun", host="sn1")
+    srun = dataclasses.replace(local.nodes[0], transport="srun", host="sn1")
+    ssh = dataclasses.replace(local.nodes[0], transport="ssh", host="h1")
     for workdir, setup, wanted in [("/w", (), True), ("~/w", (), True), ("~", (), True),
                                    ("~other/w", (), False), ("w", (), False),
                                    ("/w", ("true",), False)]:
-        cfg = dataclasses.replace(
-            local, slurm=slurm, nodes=(dataclasses.replace(node, workdir=workdir),),
-            job=dataclasses.replace(local.job, setup=setup))
-        assert warm.wanted(cfg) is wanted, (workdir, setup)
-    assert not warm.wanted(dataclasses.replace(local, nodes=(node,)))  # no job known
+        for node, at_once in [(srun, True), (ssh, False), (local.nodes[0], True)]:
+            node = dataclasses.replace(node, workdir=workdir)
+            cfg = dataclasses.replace(local, slurm=slurm, nodes=(node,),
+                                      job=dataclasses.replace(local.job, setup=setup))
+            assert warm.wanted(cfg, node) is wanted, (workdir, setup)
+            assert warm.at_once(cfg, node) is (wanted and at_once), (node.transport, workdir)
+    no_job = dataclasses.replace(local, nodes=(srun,))
+    assert not warm.at_once(no_job, srun)
 
 
 def load_config_text(tmp_path: Path) -> HostsConfig:

@@ -38,7 +38,7 @@ def launch(ctx: LaunchContext, *, checks_first: bool, planned: Callable[[Plan], 
         in_order(ctx, checks_first=checks_first, planned=planned)
     except BaseException:
         if ctx.warm:
-            warm.cancel(ctx.config, ctx.run_id)
+            warm.cancel(ctx.config, ctx.run_id, ctx.warm, ctx.pool.current)
         raise
 
 
@@ -66,7 +66,8 @@ def in_order(ctx: LaunchContext, *, checks_first: bool, planned: Callable[[Plan]
     early = hold is not None and start_early(ctx, plan)
     if hold is not None and not early:
         if ctx.warm:  # none of them will be taken now
-            warm.cancel(ctx.config, ctx.run_id)
+            warm.cancel(ctx.config, ctx.run_id, ctx.warm, ctx.pool.current)
+            ctx.warm.clear()
         plan = planned(make_node_plans(ctx, homes, walked, rdzv_store=rdzv_store))
     envs = rank_env.for_plan(ctx.config, plan)
     checking = beside(lambda: node_checks.gather_for_launch(ctx.config, ctx.pool.all(), envs)
@@ -104,7 +105,17 @@ def reach(ctx: LaunchContext) -> dict[str, str]:
 
     problems: list[str] = []
     homes: dict[str, str] = {}
-    for res in map_at_once(nodes, lambda n: ctx.pool.open(n).home()):
+
+    def reached(node: NodeConfig) -> str:
+        transport = ctx.pool.open(node)
+        home = transport.home()
+        if (ctx.hold_s is not None and node.name not in ctx.warm and not node.is_local
+                and node.transport != "srun" and warm.over(transport, ctx.config, node,
+                                                            ctx.run_id)):
+            ctx.warm.add(node.name)  # an SSH node: torchrun imports while the launch goes on
+        return home
+
+    for res in map_at_once(nodes, reached):
         if isinstance(res, Failed):
             problems.append(_failed(ctx, res))
         else:

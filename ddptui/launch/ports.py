@@ -127,8 +127,9 @@ class LaunchContext:
     not_ours: set[str] = field(default_factory=set)
     #: The address and interfaces preflight chose for nodes whose own name fails.
     routes: dict[str, RouteChoice] = field(default_factory=dict)
-    #: Nodes whose torchrun was started as ddptui started (``launch.warm``).
-    warm: frozenset[str] = frozenset()
+    #: Nodes whose torchrun was started before the plan (``launch.warm``): as ddptui started,
+    #: or (SSH) once its node was reached.
+    warm: set[str] = field(default_factory=set)
 
     def started(self) -> bool:
         """Some node's launch.sh runs (or ran) for this launch: it has a pgid."""

@@ -26,13 +26,15 @@ import os
 import secrets
 import shlex
 import subprocess
+from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from ddptui import nodeprog
-from ddptui.config import HostsConfig
+from ddptui.config import HostsConfig, NodeConfig
 from ddptui.launch.plan import job_env, new_run_id, node_env
 from ddptui.nodeprog import torchrun_tee, warm_start
 from ddptui.store import rundir
+from ddptui.transport.base import Transport
 from ddptui.transport.srun import stepenv, steps
 from ddptui.transport.srun.names import step_name
 
@@ -47,14 +49,35 @@ def spec_path(node_dir: str) -> str:
     return rundir.in_node_dir(node_dir, SPEC)
 
 
-def wanted(config: HostsConfig) -> bool:
-    """Every node a step of a known job, each workdir absolute or under ``~/`` (the node
-    expands it as the agent's ``$HOME`` does), and no setup command first."""
+def wanted(config: HostsConfig, node: NodeConfig) -> bool:
+    """No setup command first (torchrun is started after it), and a workdir absolute or
+    under ``~/`` (the node expands it as the transport's ``$HOME``)."""
+    return not config.job.setup and (node.workdir.startswith("/") or node.workdir == "~"
+                                     or node.workdir.startswith("~/"))
+
+
+def at_once(config: HostsConfig, node: NodeConfig) -> bool:
+    """Started as ddptui starts, needing no connection: a step of a job known now, or this
+    machine. An SSH node's is started over its connection once reached (:func:`over`)."""
     slurm = config.slurm
-    return (slurm is not None and slurm.job is not None and not config.job.setup
-            and all(n.transport == "srun" and not n.is_local for n in config.nodes)
-            and all(n.workdir.startswith("/") or n.workdir == "~" or n.workdir.startswith("~/")
-                    for n in config.nodes))
+    return wanted(config, node) and (node.is_local or (
+        node.transport == "srun" and slurm is not None and slurm.job is not None))
+
+
+def _program(config: HostsConfig, node: NodeConfig, run_id: str) -> tuple[str, dict[str, str]]:
+    """The shell line that starts the node's warm torchrun, in ``/`` (nothing of a login's
+    directory on ``sys.path`` while torch is imported), and the environment it needs from
+    its caller: the ranks' (secret values among them: never on a command line). The run's
+    marker, by which stop finds its processes, is set by the line itself: on a one-machine
+    cluster, a stop would take the caller (an ``srun``) for a process of the run."""
+    rank = config.node_rank(node)
+    spec = spec_path(rundir.node_dir(node.workdir, run_id, rank))
+    marker = node_env(config, node, run_id, rank).items() - job_env(config, node).items()
+    shell = " ".join(["export", *(f"{k}={shlex.quote(v)}" for k, v in sorted(marker)),
+                      "&& cd / && exec", shlex.quote(node.python), "-c",
+                      shlex.quote(nodeprog.source(torchrun_tee)), warm_start.WARM,
+                      shlex.quote(spec)])  # ``~/``: expanded there
+    return shell, job_env(config, node)
 
 
 def fresh_run_id() -> str:
@@ -69,41 +92,67 @@ def new_run(config: HostsConfig) -> tuple[str, frozenset[str]]:
 
 
 def start(config: HostsConfig, run_id: str) -> frozenset[str]:
-    """Start every node's warm torchrun; the names of the nodes where its step was let go."""
-    if not wanted(config):
-        return frozenset()
-    assert config.slurm is not None and config.slurm.job is not None
-    program = nodeprog.source(torchrun_tee)  # as ``staging.torchrun_program``, uncached
-    own = stepenv.scrubbed(os.environ)
+    """Start the warm torchrun of every node :func:`at_once` allows; the names of those whose
+    start was let go (a Slurm step, a process of this machine in a session of its own)."""
     started = set()
+    own = stepenv.scrubbed(os.environ)
     for node in config.nodes:
-        rank = config.node_rank(node)
-        spec = spec_path(rundir.node_dir(node.workdir, run_id, rank))
-        env = {k: v for k, v in job_env(config, node).items()
-               if k not in stepenv.dropped({k: v})}
-        # the run's marker, by which stop finds its processes, is the step's alone, never its
-        # srun's here (on a one-machine cluster, a stop would take that srun for the run)
-        marker = node_env(config, node, run_id, rank).items() - job_env(config, node).items()
-        shell = " ".join(["export", *(f"{k}={shlex.quote(v)}" for k, v in sorted(marker)),
-                          "&& exec", shlex.quote(node.python), "-c", shlex.quote(program),
-                          warm_start.WARM, shlex.quote(spec)])  # ``~/``: expanded there
+        if not at_once(config, node):
+            continue
+        shell, env = _program(config, node, run_id)
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            steps.let_go(config.slurm.job, node.host, shell, step_name(run_id), LET_GO_S,
-                         own | env)
+            if node.is_local:
+                subprocess.run(["sh", "-c", f"(setsid sh -c {shlex.quote(shell)} >/dev/null "
+                                "2>&1 </dev/null &)"], env={**os.environ, **env}, check=True,
+                               timeout=LET_GO_S, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            else:
+                assert config.slurm is not None and config.slurm.job is not None
+                steps.let_go(config.slurm.job, node.host, shell, step_name(run_id), LET_GO_S,
+                             own | {k: v for k, v in env.items()
+                                    if k not in stepenv.dropped({k: v})})
             started.add(node.name)
     return frozenset(started)
 
 
-def cancel(config: HostsConfig, run_id: str) -> None:
-    """Cancel the run's steps on every node: a launch undone before its warm torchruns took
-    their specs leaves none of them importing torch for nothing."""
-    from ddptui.slurm import client  # not on the way to the warm start
+def over(transport: Transport, config: HostsConfig, node: NodeConfig, run_id: str) -> bool:
+    """Start an SSH node's warm torchrun over its connection (its environment on the
+    command's stdin, as preflight's); whether it was let go."""
+    if not wanted(config, node):
+        return False
+    shell, env = _program(config, node, run_id)
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))
+    res = transport.run_stream(f'eval "$(cat)"; (setsid sh -c {shlex.quote(shell)} >/dev/null '
+                               "2>&1 </dev/null &) && echo started", LET_GO_S,
+                               stdin=[exports.encode()])
+    return res.exit_code == 0 and "started" in res.stdout
+
+
+def cancel(config: HostsConfig, run_id: str, nodes: Iterable[str],
+           transport_of: Callable[[str], Transport | None]) -> None:
+    """Stop the warm torchruns of ``nodes``: a launch undone before they took their specs
+    leaves none of them importing torch for nothing (the run's steps cancelled on Slurm; the
+    stop program, by the run's marker, elsewhere). Best effort: each one that is never told
+    anything ends by itself."""
+    from ddptui.remote import nodeops  # not on the way to the warm start
+    from ddptui.slurm import client
     from ddptui.slurm.jobinfo import SlurmError
 
-    if config.slurm is None or config.slurm.job is None:
-        return
-    with contextlib.suppress(SlurmError):
-        for step in client.steps(config.slurm.job):
-            if step.name == step_name(run_id):
-                with contextlib.suppress(SlurmError):
-                    client.cancel(step.step_id)
+    on_slurm = False
+    for name in nodes:
+        node = config.node(name)
+        if node.transport == "srun":
+            on_slurm = True
+            continue
+        transport = transport_of(name)
+        if transport is not None:
+            ndir = rundir.node_dir(node.workdir, run_id, config.node_rank(node))
+            with contextlib.suppress(Exception):
+                transport.run(nodeops.stop_cmd(node.python, run_id, config.node_rank(node), 0,
+                                               None, ndir), timeout=30)
+    if on_slurm and config.slurm is not None and config.slurm.job is not None:
+        with contextlib.suppress(SlurmError):
+            for step in client.steps(config.slurm.job):
+                if step.name == step_name(run_id):
+                    with contextlib.suppress(SlurmError):
+                        client.cancel(step.step_id)

@@ -161,7 +161,7 @@ class Session:
     def _context(self) -> LaunchContext:
         return LaunchContext(self.config, self.run_id, self.root, self.pool,
                              self.node_update, self.publish, self.recorder, self.stopper,
-                             self.hold_s, warm=self.warm)
+                             self.hold_s, warm=set(self.warm))
 
     def launch(self) -> None:
         """Every phase in order (:func:`ddptui.launch.phases.launch`), all or nothing; on

@@ -25,6 +25,7 @@ from ddptui.live.evidence import Evidence
 from ddptui.live.follow import NodeFollower
 from ddptui.live.session import Session
 from ddptui.run_state import NodeRecord, RunRecord
+from ddptui.store import rundir
 from ddptui.telemetry.parse import SamplerParser
 
 pytestmark = [pytest.mark.cluster, pytest.mark.torchrun]
@@ -190,7 +191,10 @@ def test_a_fixed_port_another_run_holds_is_refused_naming_that_run(
     assert code == 0, out[-3000:]
     said = " ".join(runs[refused[0]][1].split())
     assert "node node1: the rendezvous port 29455 on " in said, said
-    assert f"is held by run {other}, which is still running there" in said, said
+    locks = {str(p): sorted((f.name, f.read_text()) for f in p.iterdir())
+             for p in Path(rundir.RDZV_LOCKS).glob("*-29455*")}
+    assert f"is held by run {other}, which is still running there" in said, (said, locks,
+                                                                               runs[other][1])
     assert f"`ddptui stop {other}`" in said
     n = 30 if other == "short" else 90
     for rank in range(4):

@@ -393,6 +393,10 @@ GROWN_SINCE = {
     "the ranks' stacks sampled in rounds over the run's connections, counted on the node, "
     "for the straggler judged from them (live/stack_sampler.py, started with the samplers)":
         138,
+    "a warm torchrun started as ddptui starts (a Slurm step, this machine) or once an SSH "
+    "node is reached, which takes its launch from a spec written with the node's files "
+    "(launch/warm.py, staging's spec and its giving up, the phases that start and cancel "
+    "it) (issue 35)": 244,
 }
 
 

@@ -214,6 +214,19 @@ def test_a_port_held_by_a_live_run_is_named_and_a_dead_ones_taken(tmp_path: Path
     assert port_lock.reserve({**a, "run": "r3"})["port"] == 5000
 
 
+def test_a_port_asked_for_again_by_its_own_run_is_its_own(tmp_path: Path) -> None:
+    """The same run and node dir that took a lock find it theirs; a run of the same name
+    elsewhere (another node dir) does not."""
+    a = {"dir": str(tmp_path / "locks"), "key": "h", "ports": [5000], "run": "r1",
+         "ndir": str(tmp_path / "n1"), "young_s": 600.0, "owner": "owner", "pid": "pid",
+         "exit": "exit_code"}
+    lock = str(tmp_path / "locks" / "h-5000")
+    assert port_lock.reserve(a) == {"port": 5000, "lock": lock, "held": []}
+    assert port_lock.reserve(a) == {"port": 5000, "lock": lock, "held": []}
+    other = port_lock.reserve({**a, "ndir": str(tmp_path / "elsewhere" / "n1")})
+    assert other == {"port": None, "held": [[5000, "r1"]]}
+
+
 def test_clean_scans_a_workdir_and_counts_shared_links_once(tmp_path: Path) -> None:
     runs, code = tmp_path / ".ddptui" / "runs", tmp_path / ".ddptui" / "code"
     run = f"np{os.getpid()}"  # no run of that name is alive on this machine

@@ -20,6 +20,8 @@ import yaml
 from jobs import marked_pids, run_id_of
 from slurmcluster import SlurmCluster
 
+from ddptui.store import rundir
+
 pytestmark = [pytest.mark.cluster, pytest.mark.torchrun]
 
 TRAIN = '''
@@ -176,8 +178,8 @@ def test_a_warm_start_that_cannot_take_its_launch_is_given_up_for_launch_sh(
         text = out.read_text()
         assert Counter((n, int(r), int(s)) for n, r, s in STEP_RE.findall(text)) == Counter(
             (f"sn{1 + r // 2}", r, s) for r in range(4) for s in range(1, 41))
-        voided = sorted((tmp_path / "w").rglob("warm.json*"))
-        assert [p.name for p in voided] == ["warm.json.void"] * 2
+        voided = sorted((tmp_path / "w").rglob(rundir.WARM_SPEC + "*"))
+        assert [p.name for p in voided] == [rundir.WARM_SPEC + ".void"] * 2
         assert all(p.read_bytes() == b"" for p in voided)
         nothing_left(c, job, run_id_of(text))
     finally:

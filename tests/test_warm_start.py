@@ -38,7 +38,7 @@ def start_warm(ndir: Path) -> subprocess.Popen[bytes]:
     """As ``warm.start`` starts it in its step: ``python -c`` with the spec's path only."""
     return subprocess.Popen(
         [sys.executable, "-c", nodeprog.source(torchrun_tee), warm_start.WARM,
-         str(ndir / warm.SPEC)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+         str(ndir / rundir.WARM_SPEC)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL, env={**os.environ, "LOGLEVEL": "INFO"})  # the job's env
 
 
@@ -74,13 +74,13 @@ def test_a_warm_torchrun_takes_its_spec_at_once_and_runs_as_launch_sh_would(
         (ndir / rundir.HOLD).touch()
         project.mkdir()
         (project / "rank.py").write_text(RANK)
-        (ndir / warm.SPEC).write_text(json.dumps(spec(ndir, project, rank_exit)))
+        (ndir / rundir.WARM_SPEC).write_text(json.dumps(spec(ndir, project, rank_exit)))
         t0 = time.monotonic()
         pgid = int(wait_for(ndir / rundir.PGID, 60))
         took = time.monotonic() - t0
         assert pgid == os.getpgid(proc.pid) == proc.pid  # a group of its own, as launch.sh
         assert int(wait_for(ndir / "lock" / rundir.LOCK_PID, 5)) == proc.pid  # torchrun's
-        assert not (ndir / warm.SPEC).exists()
+        assert not (ndir / rundir.WARM_SPEC).exists()
         # taken while torch was still being imported: no rank yet, nothing released
         assert proc.poll() is None and not (ndir / "torchelastic").exists(), took
         subprocess.run(["sh", "-c", nodeops.release_cmd(str(ndir / rundir.HOLD))], check=True,
@@ -93,7 +93,7 @@ def test_a_warm_torchrun_takes_its_spec_at_once_and_runs_as_launch_sh_would(
     assert code == expected and (ndir / rundir.EXIT_CODE).read_text() == f"{expected}\n", log
     assert f"cwd {project}" in log and "secret s3cret" in log and f"path0 {project}" in log
     assert "Starting elastic_operator" in log, log  # torchrun's own stderr, in the log too
-    assert not list(ndir.glob(warm.SPEC + "*")), list(ndir.iterdir())  # no secret left
+    assert not list(ndir.glob(rundir.WARM_SPEC + "*")), list(ndir.iterdir())  # no secret left
 
 
 def test_a_warm_torchrun_given_up_exits_without_writing_anything(tmp_path: Path) -> None:
@@ -101,11 +101,11 @@ def test_a_warm_torchrun_given_up_exits_without_writing_anything(tmp_path: Path)
     proc = start_warm(ndir)
     try:
         ndir.mkdir()
-        (ndir / (warm.SPEC + warm_start.VOID)).touch()  # what take_warm leaves
+        (ndir / (rundir.WARM_SPEC + warm_start.VOID)).touch()  # what take_warm leaves
         assert proc.wait(timeout=180) == torchrun_tee.EXIT_NOT_RELEASED
     finally:
         proc.kill()
-    assert sorted(p.name for p in ndir.iterdir()) == [warm.SPEC + warm_start.VOID]
+    assert sorted(p.name for p in ndir.iterdir()) == [rundir.WARM_SPEC + warm_start.VOID]
 
 
 def test_a_spec_nobody_takes_is_given_up_emptied_and_launch_sh_starts(

@@ -1,22 +1,28 @@
-"""torchrun started as ddptui starts, on the nodes of a Slurm allocation it is told.
+"""torchrun started before the launch knows its node's files: a *warm* torchrun.
 
 A launch's cost is torchrun's import of torch (1-2 s of CPU) and whatever comes before it.
 The early start (:func:`ddptui.launch.phases.start_early`) already overlaps that import with
 the probe, preflight and sync, but it can start torchrun only once the node is reached, its
 rendezvous port locked and its files written: 0.3-0.5 s after the command, where the
 ``srun torchrun`` line a user types has torchrun importing after 0.05 s. What torchrun needs
-to *import* is known before any of that, from the hosts file and the job alone: the node's
-Python and the ranks' environment. So each node's run step is started here, before ddptui
-imports the rest of its launch: a *warm* torchrun (:mod:`ddptui.nodeprog.warm_start`)
-imports torch while ddptui reaches the node, and takes the rest (its arguments, the port's
-lock, its log) from a spec written with the node's other files, then holds as an early
-start does. A node whose warm torchrun never takes its spec (it died, or the step did not
-start) is given up and started the ordinary way (:func:`ddptui.launch.staging.take_warm`);
-a launch undone before then cancels the steps (:func:`cancel`), and each one that is never
-told anything ends by itself (:data:`~ddptui.nodeprog.warm_start.WARM_WAIT_S`).
+to *import* is known before any of that, from the hosts file alone: the node's Python and the
+ranks' environment. So a warm torchrun (:mod:`ddptui.nodeprog.warm_start`) is started
 
-Only where every node is a step of a job known before the launch, and no setup command must
-run before torchrun (it holds then, and is started after the setup).
+* as ddptui starts, before it imports the rest of its launch, on the nodes it needs no
+  connection for (:func:`start`): a Slurm step of its own on each node of a job known now,
+  and a process in a session of its own on this machine;
+* on an SSH node, over its connection once reached (:func:`over`), before the port lock and
+  the uploads.
+
+It imports torch while ddptui goes on, and takes the rest (torchrun's arguments, the port's
+lock, its log) from a spec written with the node's other files (``staging.warm_spec``), then
+holds as an early start does. One whose spec is not taken (it died, or never started) is
+given up and started the ordinary way (:func:`ddptui.launch.staging.take_warm`); a launch
+undone before then stops them (:func:`cancel`), and each one never told anything ends by
+itself (:data:`~ddptui.nodeprog.warm_start.WARM_WAIT_S`).
+
+Never where a setup command must run before torchrun (it is started after the setup), nor
+for a workdir the node cannot expand alone (``~other``).
 """
 
 from __future__ import annotations
@@ -38,15 +44,12 @@ from ddptui.transport.base import Transport
 from ddptui.transport.srun import stepenv, steps
 from ddptui.transport.srun.names import step_name
 
-#: In the node dir: what a warm torchrun runs (``staging.warm_spec``), written with the node's
-#: files; it holds the secret env, so only its owner may read it.
-SPEC = "warm.json"
 #: Seconds to let srun go for one node's step.
 LET_GO_S = 10.0
 
 
 def spec_path(node_dir: str) -> str:
-    return rundir.in_node_dir(node_dir, SPEC)
+    return rundir.in_node_dir(node_dir, rundir.WARM_SPEC)
 
 
 def wanted(config: HostsConfig, node: NodeConfig) -> bool:

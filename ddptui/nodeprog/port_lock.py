@@ -73,6 +73,16 @@ def alive(a: dict[str, Any], lock: str) -> tuple[str, bool]:
     return run, True
 
 
+def ours(a: dict[str, Any], lock: str) -> bool:
+    """The lock names this very run and node dir (a node dir is made once, by one launch):
+    taken by this launch already, so asking again finds it its own, not another run's."""
+    try:
+        with open(os.path.join(lock, a["owner"])) as f:
+            return f.read().split("\n")[:2] == [a["run"], a["ndir"]]
+    except OSError:
+        return False
+
+
 def remove(path: str) -> None:
     try:
         for f in os.listdir(path):
@@ -106,7 +116,7 @@ def reserve(a: dict[str, Any]) -> dict[str, object]:
     for port in a["ports"]:
         lock = os.path.join(a["dir"], "{}-{}".format(a["key"], port))
         for _ in range(2):
-            if take(a, lock):
+            if take(a, lock) or ours(a, lock):
                 return {"port": port, "lock": lock, "held": held}
             run, live = alive(a, lock)
             if live:

@@ -34,6 +34,9 @@ TORCHRUN = "torchrun.py"
 NODE_LOG = "node.log"
 #: An early-started torchrun holds while this exists (``ddptui.nodeprog.torchrun_tee.hold``).
 HOLD = "hold"
+#: What a warm torchrun runs (``ddptui.launch.warm``), written with the node's files; it holds
+#: the secret env (0600), and is removed once taken, or renamed and emptied when given up.
+WARM_SPEC = "warm.json"
 PGID = "pgid"
 EXIT_CODE = "exit_code"
 #: Written by the stop command, so a ddptui following from elsewhere says "stopped".

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from jobs import marked_pids
 
 from ddptui import nodeprog
 from ddptui.config import HostsConfig, load_config
@@ -175,3 +176,26 @@ def load_config_text(tmp_path: Path) -> HostsConfig:
     path.write_text(f"defaults: {{transport: local, python: {sys.executable}}}\n"
                     f"nodes: [{{name: a, workdir: {tmp_path / 'w'}}}]\njob: {{script: j.py}}\n")
     return load_config(path)
+
+
+def test_a_warm_torchrun_here_starts_at_once_and_a_launch_undone_stops_it(
+        tmp_path: Path) -> None:
+    """On this machine it starts with ddptui (in a session of its own, the run's marker in
+    its environment); an interpreter that is not there starts nothing to wait for; and the
+    launch undone before it took its spec stops it by the marker."""
+    cfg = load_config_text(tmp_path)
+    missing = dataclasses.replace(cfg, nodes=(dataclasses.replace(
+        cfg.nodes[0], python=str(tmp_path / "no-python")),))
+    assert warm.start(missing, "wr0") == frozenset()
+    assert warm.start(cfg, "wr1") == {"a"}
+    try:
+        deadline = time.monotonic() + 30
+        while not marked_pids("wr1") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marked_pids("wr1"), "no process of the warm start carries the run's marker"
+    finally:
+        warm.cancel(cfg, "wr1", {"a"}, lambda name: LocalTransport(cfg.node(name)))
+    deadline = time.monotonic() + 30
+    while marked_pids("wr1") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marked_pids("wr1") == []

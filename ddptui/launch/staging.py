@@ -29,9 +29,10 @@ from ddptui.transport.base import Transport
 START_TIMEOUT_S = 15
 #: Between two looks for the pgid launch.sh writes first thing (a few ms after its start).
 PGID_POLL_S = 0.01
-#: How long a warm torchrun has to take its spec once written (it looks every 10 ms, beside
-#: its import of torch) before it is given up and launch.sh started instead.
-WARM_TAKE_S = 3.0
+#: How long a warm torchrun has to take its spec once written (a process of its own looks
+#: every 10 ms) before it is given up and launch.sh started instead: what a node whose warm
+#: torchrun died costs the launch.
+WARM_TAKE_S = 2.0
 
 
 def worker_files() -> list[Path]:

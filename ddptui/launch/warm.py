@@ -104,10 +104,9 @@ def start(config: HostsConfig, run_id: str) -> frozenset[str]:
             continue
         shell, env = _program(config, node, run_id)
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            if node.is_local:
-                subprocess.run(["sh", "-c", f"(setsid sh -c {shlex.quote(shell)} >/dev/null "
-                                "2>&1 </dev/null &)"], env={**os.environ, **env}, check=True,
-                               timeout=LET_GO_S, stdin=subprocess.DEVNULL,
+            if node.is_local:  # an interpreter that is not there starts nothing to wait for
+                subprocess.run(["sh", "-c", _let_go_here(node, shell)], env={**os.environ, **env},
+                               check=True, timeout=LET_GO_S, stdin=subprocess.DEVNULL,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             else:
                 assert config.slurm is not None and config.slurm.job is not None
@@ -125,10 +124,16 @@ def over(transport: Transport, config: HostsConfig, node: NodeConfig, run_id: st
         return False
     shell, env = _program(config, node, run_id)
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))
-    res = transport.run_stream(f'eval "$(cat)"; (setsid sh -c {shlex.quote(shell)} >/dev/null '
-                               "2>&1 </dev/null &) && echo started", LET_GO_S,
-                               stdin=[exports.encode()])
+    res = transport.run_stream(f'eval "$(cat)"; {_let_go_here(node, shell)} && echo started',
+                               LET_GO_S, stdin=[exports.encode()])
     return res.exit_code == 0 and "started" in res.stdout
+
+
+def _let_go_here(node: NodeConfig, shell: str) -> str:
+    """``shell`` in a session of its own, its output nowhere, if the node's Python is there
+    at all (else it fails at once: a warm torchrun that cannot start is not waited for)."""
+    return (f"command -v {shlex.quote(node.python)} >/dev/null 2>&1 && "
+            f"(setsid sh -c {shlex.quote(shell)} >/dev/null 2>&1 </dev/null &)")
 
 
 def cancel(config: HostsConfig, run_id: str, nodes: Iterable[str],

@@ -6,9 +6,11 @@ Given up, it exits without a trace; and a spec nobody takes is given up and empt
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -199,3 +201,30 @@ def test_a_warm_torchrun_here_starts_at_once_and_a_launch_undone_stops_it(
     while marked_pids("wr1") and time.monotonic() < deadline:
         time.sleep(0.05)
     assert marked_pids("wr1") == []
+
+
+def test_a_warm_torchrun_whose_import_died_leaves_its_code_and_no_copy_of_the_spec(
+        tmp_path: Path) -> None:
+    """The importing half killed (an OOM, a stop that caught it alone) before it read the
+    spec: the other half still says the exit as launch.sh would (128 + the signal) and
+    removes the taken spec, which holds the secret env."""
+    ndir = tmp_path / "node0"
+    proc = start_warm(ndir)
+    try:
+        deadline = time.monotonic() + 30
+        children: list[str] = []
+        while not children and time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+            time.sleep(0.01)
+        assert children, "the warm torchrun did not split"
+        os.kill(int(children[0]), signal.SIGKILL)
+        ndir.mkdir()
+        (ndir / rundir.HOLD).touch()
+        project = tmp_path / "code"
+        (ndir / rundir.WARM_SPEC).write_text(json.dumps(spec(ndir, project, 0)))
+        assert proc.wait(timeout=60) == 128 + signal.SIGKILL
+    finally:
+        proc.kill()
+    assert (ndir / rundir.EXIT_CODE).read_text() == f"{128 + signal.SIGKILL}\n"
+    assert not list(ndir.glob(rundir.WARM_SPEC + "*")), list(ndir.iterdir())

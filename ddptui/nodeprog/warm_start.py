@@ -75,9 +75,12 @@ def warm_split(spec_path: str) -> tuple[str, int]:
                     f.write(f"{os.getpid()}\n")  # the lock lives as long as this process
             with open(spec["pgid"], "w") as f:
                 f.write(f"{os.getpgid(0)}\n")
-            os.write(tell, b"1")
+            with contextlib.suppress(OSError):  # a child gone already is waited for below
+                os.write(tell, b"1")
         os.close(tell)
         _, status = os.waitpid(child, 0)
+        with contextlib.suppress(OSError):  # the child died before it read the spec: no
+            os.remove(spec_path + TAKEN)  # copy of the secret env is left behind
         code = (128 + os.WTERMSIG(status) if os.WIFSIGNALED(status)
                 else os.WEXITSTATUS(status))
         if spec is not None and code != NOT_RELEASED:  # as launch.sh: nothing ran, no code

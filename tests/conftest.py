@@ -6,10 +6,11 @@ OpenSSH sshd, from :mod:`tests.cluster`. They skip only on a developer machine w
 
 Slurm fixtures: a real slurmctld and one slurmd per node, from :mod:`tests.slurmcluster`.
 
-Two workers (pytest-xdist, ``-n 2 --dist loadgroup`` in pyproject.toml): each test file runs
-whole on one worker (its module fixtures, a cluster, are built once), and the files that run
-the demo (hosts.example.yaml: 127.0.0.1:29400, ``~/.ddptui-demo``) share one worker, so they
-never run at the same moment.
+Three workers on CI's two cores (pytest-xdist, ``-n 3 --dist loadgroup`` in
+pyproject.toml: much of the suite waits on nodes, ranks and Slurm, not on a core): each test
+file runs whole on one worker (its module fixtures, a cluster, are built once), and the files
+that run the demo (hosts.example.yaml: 127.0.0.1:29400, ``~/.ddptui-demo``) share one worker,
+so they never run at the same moment.
 """
 
 from __future__ import annotations

@@ -69,10 +69,15 @@ MESSAGE_EVENTS = 1000
 # types are mypy's check that the session is a RunPort.
 
 def new_run(config: HostsConfig, state_root: Path | None, preflight: bool = True) -> RunPort:
+    """A new run, its torchruns started warm first where no connection is needed
+    (:mod:`ddptui.launch.warm`): they import torch while the engine makes and launches it."""
+    from ddptui.launch import warm
+
+    run_id, started = warm.new_run(config)
     from ddptui.live.session import Session
 
-    session = Session(config, state_root=state_root)
-    session.preflight = preflight
+    session = Session(config, state_root=state_root, run_id=run_id)
+    session.preflight, session.warm = preflight, started
     return session
 
 

@@ -176,3 +176,25 @@ def test_a_run_whose_ranks_catch_no_signal_is_not_sent_it_and_not_taken_as_saved
     assert "did not send SIGUSR2 to rank 0 (pid 11) on node a: it does not catch SIGUSR2" in said[0]
     assert "no rank of the run catches SIGUSR2, so none was sent it" in said[1]
     assert tl.settled(lambda: True)  # nothing to look for at the end
+
+
+def test_a_signal_due_when_no_rank_runs_is_neither_sent_nor_recorded_and_comes_again() -> None:
+    """The lead reached just as the run's ranks ended (or while torchrun starts them again):
+    nothing to save, so nothing is recorded or said, and a later look may still send it."""
+    c = owned(1)
+    c = dataclasses.replace(c, slurm=dataclasses.replace(c.slurm, signal_before=30))
+    c = dataclasses.replace(c, nodes=(dataclasses.replace(c.slurm.template, name="a", host="a"),))
+    node = Node({"os.kill": '{"signalled": [], "failed": []}',
+                 "glob": '{"newest": null, "matches": 0, "now": 0}'})
+    said: list[str] = []
+    recorded: list[object] = []
+    done = threading.Event()
+    tl = TimeLimit(c, "r1", lambda _n: node, lambda _n: "/n", lambda _n: "/n/node0",
+                   lambda _n, t, _lv: said.append(t), recorded.append, done)  # type: ignore[arg-type]
+    assert tl.rehearse() == "sent SIGUSR2 to 0 rank(s), as the time limit would"
+    assert tl.sent is None and recorded == [] and said == []
+    assert not tl.left_at_signal
+    node.answers["os.kill"] = '{"signalled": [[0, 0, 11]], "failed": []}'
+    assert tl.rehearse() == "sent SIGUSR2 to 1 rank(s), as the time limit would"
+    done.set()
+    assert tl.left_at_signal and len(recorded) == 1

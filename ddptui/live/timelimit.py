@@ -173,7 +173,16 @@ class TimeLimit:
         assert self.sent is not None
         names = [n.name for n in self.config.nodes]
         ranks = 0
-        for g in map_at_once(self.config.nodes, self._signal_one):
+        answered = map_at_once(self.config.nodes, self._signal_one)
+        if all(isinstance(g, Done) and not g.value.ranks and not g.value.failed
+               for g in answered):
+            # no rank is running on any node (the run has just ended, or torchrun starts its
+            # ranks again): nothing to save now; the claim goes, and a later look sends the
+            # signal to ranks that start
+            with self._lock:
+                self.sent = None
+            return 0
+        for g in answered:
             name = g.item.name
             if isinstance(g, Done):
                 ranks += len(g.value.ranks)

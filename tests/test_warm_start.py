@@ -123,7 +123,7 @@ def test_a_spec_nobody_takes_is_given_up_emptied_and_launch_sh_starts(
     node = plan.nodes[0]
     Path(node.node_dir).mkdir(parents=True)
     spec_path = warm.spec_path(node.node_dir)
-    Path(spec_path).write_bytes(staging.warm_spec(node, 30, None))
+    Path(spec_path).write_bytes(staging.warm_spec(node, 30))
     transport = LocalTransport(cfg.nodes[0])
     assert staging.take_warm(transport, node, spec_path) is None
     assert not Path(spec_path).exists()

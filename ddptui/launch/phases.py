@@ -109,9 +109,8 @@ def reach(ctx: LaunchContext) -> dict[str, str]:
     def reached(node: NodeConfig) -> str:
         transport = ctx.pool.open(node)
         home = transport.home()
-        if (ctx.hold_s is not None and node.name not in ctx.warm and not node.is_local
-                and node.transport != "srun" and warm.over(transport, ctx.config, node,
-                                                            ctx.run_id)):
+        if (ctx.hold_s is not None and not warm.at_once(ctx.config, node)
+                and warm.over(transport, ctx.config, node, ctx.run_id)):
             ctx.warm.add(node.name)  # an SSH node: torchrun imports while the launch goes on
         return home
 
@@ -213,7 +212,7 @@ def _upload(ctx: LaunchContext, node_launch: NodeLaunch, warm_spec: str | None =
     ctx.node_update(name, NodeEvent.UPLOAD, "")
     spec = None
     if warm_spec is not None and ctx.hold_s is not None:
-        spec = (warm_spec, staging.warm_spec(node_launch, ctx.hold_s, node_launch.lock))
+        spec = (warm_spec, staging.warm_spec(node_launch, ctx.hold_s))
     try:
         if staging.upload(ctx.pool.get(name), node_launch, ctx.config.job,
                           ctx.routes.get(name), spec):

@@ -69,8 +69,8 @@ def route_text(chosen: RouteChoice) -> str:
     return json.dumps({"argv": argv, "env": dict(chosen.env)})
 
 
-def warm_spec(node_launch: NodeLaunch, hold_s: float, lock: str | None) -> bytes:
-    """What a warm torchrun (:func:`ddptui.nodeprog.torchrun_tee.warm`) takes in place of
+def warm_spec(node_launch: NodeLaunch, hold_s: float) -> bytes:
+    """What a warm torchrun (:mod:`ddptui.nodeprog.warm_start`) takes in place of
     launch.sh's lines: torchrun's arguments, the ranks' environment and project, the hold, and
     the files launch.sh would write (its process group, the port lock's pid, its exit code)."""
     ndir = node_launch.node_dir
@@ -78,7 +78,7 @@ def warm_spec(node_launch: NodeLaunch, hold_s: float, lock: str | None) -> bytes
         "argv": list(node_launch.argv[2:]), "env": node_launch.env,
         "project": node_launch.project_dir, "hold": node_launch.hold_path, "hold_s": hold_s,
         "pgid": rundir.in_node_dir(ndir, rundir.PGID),
-        "lock_pid": f"{lock}/{rundir.LOCK_PID}" if lock else None,
+        "lock_pid": f"{node_launch.lock}/{rundir.LOCK_PID}" if node_launch.lock else None,
         "log": rundir.in_node_dir(ndir, rundir.NODE_LOG),
         "exit_code": rundir.in_node_dir(ndir, rundir.EXIT_CODE)}).encode()
 
@@ -127,23 +127,33 @@ def take_warm(transport: Transport, node_launch: NodeLaunch, spec: str) -> int |
     """The process group of the node's warm torchrun, once it took its ``spec``; None when it
     did not within :data:`WARM_TAKE_S` and was given up (the spec renamed away from it and
     emptied), for launch.sh to be started instead."""
+    pgid = pgid_within(transport, node_launch, WARM_TAKE_S)
+    if pgid is not None:
+        return pgid
+    void = shlex.quote(spec + warm_start.VOID)
+    if transport.run(f"mv -- {shlex.quote(spec)} {void} && : > {void}", timeout=30
+                     ).exit_code == 0:
+        return None
+    pgid = pgid_within(transport, node_launch, START_TIMEOUT_S)  # taken just now
+    if pgid is None:
+        raise LaunchError([f"node {node_launch.node.name}: torchrun, started as ddptui "
+                           "started, took its launch but did not say its process group "
+                           f"within {START_TIMEOUT_S} s"])
+    return pgid
+
+
+def pgid_within(transport: Transport, node_launch: NodeLaunch, seconds: float) -> int | None:
+    """The process group the node's launch writes first thing (launch.sh, or a warm
+    torchrun's half that plays it), looked for every :data:`PGID_POLL_S` up to ``seconds``;
+    None if it did not come."""
     pgid_path = rundir.in_node_dir(node_launch.node_dir, rundir.PGID)
-    deadline, given_up = time.monotonic() + WARM_TAKE_S, False
+    deadline = time.monotonic() + seconds
     while True:
         try:
             return int(transport.read_from(pgid_path, 0, 64).decode().strip())
         except (FileNotFoundError, ValueError):
             if time.monotonic() > deadline:
-                if given_up:
-                    raise LaunchError([f"node {node_launch.node.name}: torchrun, started as "
-                                       "ddptui started, took its launch but did not say its "
-                                       f"process group within {START_TIMEOUT_S} s"]) from None
-                void = shlex.quote(spec + warm_start.VOID)
-                res = transport.run(f"mv -- {shlex.quote(spec)} {void} && : > {void}",
-                                    timeout=30)
-                if res.exit_code == 0:
-                    return None
-                deadline, given_up = time.monotonic() + START_TIMEOUT_S, True  # just taken
+                return None
             time.sleep(PGID_POLL_S)
 
 
@@ -161,17 +171,12 @@ def start(transport: Transport, node_launch: NodeLaunch, run_id: str, *,
     if res.exit_code != 0 or "started" not in res.stdout:
         raise LaunchError([f"node {name}: could not start torchrun: "
                            f"{res.stderr.strip() or res.stdout.strip()}"])
-    pgid_path = rundir.in_node_dir(node_launch.node_dir, rundir.PGID)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while True:
-        try:
-            return int(transport.read_from(pgid_path, 0, 64).decode().strip())
-        except (FileNotFoundError, ValueError):
-            if time.monotonic() > deadline:
-                log = rundir.in_node_dir(node_launch.node_dir, rundir.NODE_LOG)
-                raise LaunchError([f"node {name}: launch.sh did not start within "
-                                   f"{START_TIMEOUT_S} s (see {log})"]) from None
-            time.sleep(PGID_POLL_S)
+    pgid = pgid_within(transport, node_launch, START_TIMEOUT_S)
+    if pgid is None:
+        log = rundir.in_node_dir(node_launch.node_dir, rundir.NODE_LOG)
+        raise LaunchError([f"node {name}: launch.sh did not start within {START_TIMEOUT_S} s "
+                           f"(see {log})"])
+    return pgid
 
 
 def release(transport: Transport, node_launch: NodeLaunch,

@@ -75,12 +75,13 @@ def _program(config: HostsConfig, node: NodeConfig, run_id: str) -> tuple[str, d
     cluster, a stop would take the caller (an ``srun``) for a process of the run."""
     rank = config.node_rank(node)
     spec = spec_path(rundir.node_dir(node.workdir, run_id, rank))
-    marker = node_env(config, node, run_id, rank).items() - job_env(config, node).items()
+    env = job_env(config, node)
+    marker = node_env(config, node, run_id, rank).items() - env.items()
     shell = " ".join(["export", *(f"{k}={shlex.quote(v)}" for k, v in sorted(marker)),
                       "&& cd / && exec", shlex.quote(node.python), "-c",
                       shlex.quote(nodeprog.source(torchrun_tee)), warm_start.WARM,
                       shlex.quote(spec)])  # ``~/``: expanded there
-    return shell, job_env(config, node)
+    return shell, env
 
 
 def fresh_run_id() -> str:

@@ -229,7 +229,7 @@ def main() -> None:
     install()
     install_exits()
     if told is not None:  # run as ``python -c``: no file of its own
-        warm_up()
+        warm_up()  # what the wait for the spec overlaps
         folder = warm_enter(*told)
     else:
         folder = os.path.dirname(os.path.abspath(__file__))
@@ -237,7 +237,8 @@ def main() -> None:
     seconds = float(os.environ.pop("DDPTUI_HOLD_S", HOLD_S))
     cwd = os.environ.pop("DDPTUI_CWD", None)
     if held:
-        warm_up()
+        if told is None:  # warm already
+            warm_up()
         if not hold(held, seconds):
             print("ddptui: torchrun not started: no release came from ddptui (the launch was "
                   f"undone, or took over {seconds:g} s and starts torchrun again)",

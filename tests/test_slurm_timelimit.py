@@ -20,12 +20,14 @@ from test_slurm_run import ddptui, exit_code, run_id_of, spawn, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.torchrun]
 
-#: The first attempt cannot end before its signal (300 steps of at least 150 ms), and the
-#: resumed one ends well before its own (no sleep): the test does not race the limit.
-#: The first attempt trains at most 5 steps a second for the 30 s before its signal (150 of
-#: them); the second, resumed at full speed, must end within the 30 s its own allocation
-#: gives before the same lead, on a machine whose cores CI's other tests share.
-STEPS = 200
+#: The resubmission's lead: the signal 15 s before the end of a 1-minute allocation (Slurm's
+#: shortest), so that each attempt has 45 s before it.
+LEAD_S = 15
+#: The first attempt cannot end before its signal (300 steps of at least 200 ms: 60 s), and
+#: the resumed one, at full speed, has only its start to make within the 45 s before its own
+#: lead (two torch imports and a rendezvous, on a machine whose cores CI's other tests
+#: share): the test does not race the limit.
+STEPS = 300
 WORKER = ["--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--seq-len", "16",
           "--batch-size", "2", "--corpus-bytes", "20000", "--steps", str(STEPS),
           "--warmup-steps", "0", "--eval-every", "100000", "--snapshot-every", "0",
@@ -34,11 +36,11 @@ WORKER = ["--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--seq-len", "
 STEP_RE = re.compile(r"^\[(sn\d) r0\] step (\d+) loss ", re.M)
 
 
-def hosts(tmp: Path, slurm: dict[str, Any], job: dict[str, Any]) -> Path:
+def hosts(tmp: Path, slurm: dict[str, Any], job: dict[str, Any], lead: int = 30) -> Path:
     asked = {} if "job" in slurm else {"nodes": 2, "time": "1"}
     d = {"defaults": {"python": sys.executable, "nproc_per_node": 1,
                       "workdir": str(tmp / "w"), "env": {"OMP_NUM_THREADS": 1}},
-         "slurm": {**asked, "signal_before": 30, **slurm},
+         "slurm": {**asked, "signal_before": lead, **slurm},
          "job": {"stop_grace": 3, **job}}
     path = tmp / "hosts.yaml"
     path.write_text(yaml.safe_dump(d, sort_keys=False))
@@ -55,13 +57,14 @@ def test_the_worker_saves_at_the_signal_and_a_new_allocation_resumes_from_it(
         slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     c = slurm_cluster
     proc, out = spawn(c, tmp_path, "run", str(hosts(
-        tmp_path, {"partition": c.partition, "resubmit": 1}, {"args": WORKER})), "--headless")
+        tmp_path, {"partition": c.partition, "resubmit": 1}, {"args": WORKER}, LEAD_S)),
+        "--headless")
     assert exit_code(proc, out, 280) == 0, out.read_text()[-5000:]
     text = out.read_text()
     first = run_id_of(text)
     sent = re.search(r"the allocation ends in (\d+) s \(its time limit\): sent SIGUSR2 to 2 "
                      r"rank\(s\) on 2 node\(s\)", text)
-    assert sent is not None and 20 <= int(sent.group(1)) <= 30, text[-5000:]
+    assert sent is not None and LEAD_S - 5 <= int(sent.group(1)) <= LEAD_S, text[-5000:]
     saved = re.search(r"checkpoint step (\d+) written ([\d.]+) s after the signal \(node sn\d: "
                       r"(\S+snapshot-(\d+)\.pt)\)", text)
     assert saved is not None, text[-5000:]
@@ -99,19 +102,25 @@ def test_the_worker_saves_at_the_signal_and_a_new_allocation_resumes_from_it(
 
 def test_a_script_that_saves_nothing_is_said_to_have_saved_nothing(
         slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    """Its ranks catch the signal only from step 150 (30 s after they start, past the lead):
+    until then they are not sent it (it would kill them), and they get it once they catch it."""
     c = slurm_cluster
     (tmp_path / "proj").mkdir()
     (tmp_path / "proj" / "train.py").write_text(
         "import signal, sys, time\n"
-        "signal.signal(signal.SIGUSR2, lambda *_: sys.exit(0))  # leaves, saving nothing\n"
         "for step in range(1, 1000):\n"
+        "    if step == 150:  # late: it leaves, saving nothing\n"
+        "        signal.signal(signal.SIGUSR2, lambda *_: sys.exit(0))\n"
         "    print(f'step {step}', flush=True)\n"
         "    time.sleep(0.2)\n")
     proc, out = spawn(c, tmp_path, "run", str(hosts(
         tmp_path, {"partition": c.partition}, {"script": "proj/train.py"})), "--headless")
     code = exit_code(proc, out, 150)
     text = out.read_text()
-    assert "sent SIGUSR2 to 2 rank(s) on 2 node(s)" in text, text[-5000:]
+    deaf = text.find("no rank of the run catches SIGUSR2 yet (rank 0 on node sn1, rank 1 on "
+                     "node sn2), so none was sent it")
+    assert deaf != -1 and text.count("no rank of the run catches") == 1, text[-5000:]
+    assert "sent SIGUSR2 to 2 rank(s) on 2 node(s)" in text[deaf:], text[-5000:]
     assert "no checkpoint path is set (`slurm.checkpoint`)" in text
     assert ("the run has ended, and nothing was saved that ddptui can see (no "
             "`slurm.checkpoint` is set): the work since the run's last checkpoint is lost"

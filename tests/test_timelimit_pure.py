@@ -5,6 +5,7 @@ the signal goes (a stand-in transport: what it records is what a node would be a
 from __future__ import annotations
 
 import dataclasses
+import re
 import threading
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 from ddptui.afterwards import resubmit
 from ddptui.config import HostsConfig, parse_config
 from ddptui.events import Level, RunStatus
-from ddptui.live.timelimit import TimeLimit
+from ddptui.live.timelimit import RETRY_S, TimeLimit
 from ddptui.remote.checkpoint import pattern, step_of
 from ddptui.run_state import NodeRecord, RunRecord
 from ddptui.slurm.attempts import attempt_id, first_of, why_again
@@ -159,23 +160,50 @@ def test_the_signal_goes_once_at_the_lead_and_the_checkpoint_is_named() -> None:
     assert "USR2 'time limit' /n/.ddptui/r1/node0/time_limit_signal" in signal_cmd
 
 
-def test_a_run_whose_ranks_catch_no_signal_is_not_sent_it_and_not_taken_as_saved() -> None:
+def test_ranks_that_catch_no_signal_yet_are_not_sent_it_and_get_it_once_they_do() -> None:
+    """A rank without a handler (a script that never saves, or one still importing torch)
+    would die of the signal: it is not sent it, nothing is recorded, the problem is said once
+    however often it is tried, and the signal goes as soon as a rank catches it."""
     c = owned(1)
     c = dataclasses.replace(c, slurm=dataclasses.replace(c.slurm, signal_before=30))
     c = dataclasses.replace(c, nodes=(dataclasses.replace(c.slurm.template, name="a", host="a"),))
-    node = Node({"os.kill": '{"signalled": [], "failed": [[0, 11, "it does not catch '
-                            'SIGUSR2, which would end it"]]}',
+    node = Node({"os.kill": '{"signalled": [], "deaf": [[0, 11]], "failed": []}',
                  "glob": '{"newest": null, "matches": 0, "now": 0}'})
-    said: list[str] = []
+    said: list[tuple[str, Level]] = []
+    recorded: list[object] = []
     done = threading.Event()
     tl = TimeLimit(c, "r1", lambda _n: node, lambda _n: "/n", lambda _n: "/n/node0",
-                   lambda _n, t, _lv: said.append(t), lambda _note: None, done)  # type: ignore[arg-type]
-    assert tl.rehearse() == "sent SIGUSR2 to 0 rank(s), as the time limit would"
+                   lambda _n, t, lv: said.append((t, lv)), recorded.append,
+                   done)  # type: ignore[arg-type]
+    nothing = ("no rank of the run could take SIGUSR2 now (none runs, or none catches it): "
+               "nothing was sent")
+    assert tl.rehearse() == nothing and tl.rehearse() == nothing
+    assert tl.sent is None and recorded == [] and not tl.left_at_signal  # no exit code 3
+    assert len(said) == 1 and said[0][1] is Level.ERROR, said
+    assert said[0][0].startswith("rehearsing the time limit: no rank of the run catches SIGUSR2 "
+                                 "yet (rank 0 on node a), so none was sent it")
+    assert "ddptui sends it as soon as one does" in said[0][0]
+    now = datetime.now()
+    info = JobInfo("7", "RUNNING", "None", 0, "u", "a", 1, 1, 1, 0, "p", "00:01:00",
+                   (now + timedelta(seconds=20)).isoformat(timespec="seconds"))
+    assert tl.heard(info) == RETRY_S  # the lead is past and no rank got the signal: soon again
+    deadline = datetime.now() + timedelta(seconds=10)  # its try, in the background
+    while (tl.sent is not None or sum("os.kill" in a for a in node.asked) < 3) and \
+            datetime.now() < deadline:
+        done.wait(0.02)
+    told = [t for t, _lv in said if "no rank" in t]
+    assert tl.sent is None and len(told) == 2  # the time limit's words, once
+    assert re.match(r"the allocation ends in (19|20) s \(its time limit\): no rank", told[1])
+    assert tl.heard(info) == RETRY_S
+    deadline = datetime.now() + timedelta(seconds=10)
+    while (tl.sent is not None or sum("os.kill" in a for a in node.asked) < 4) and \
+            datetime.now() < deadline:
+        done.wait(0.02)
+    assert tl.sent is None and sum("no rank" in t for t, _lv in said) == 2  # not said again
+    node.answers["os.kill"] = '{"signalled": [[0, 0, 11]], "deaf": [], "failed": []}'
+    assert tl.rehearse() == "sent SIGUSR2 to 1 rank(s), as the time limit would"
     done.set()
-    assert not tl.left_at_signal  # no exit code 3, no new allocation
-    assert "did not send SIGUSR2 to rank 0 (pid 11) on node a: it does not catch SIGUSR2" in said[0]
-    assert "no rank of the run catches SIGUSR2, so none was sent it" in said[1]
-    assert tl.settled(lambda: True)  # nothing to look for at the end
+    assert tl.left_at_signal and len(recorded) == 1
 
 
 def test_a_signal_due_when_no_rank_runs_is_neither_sent_nor_recorded_and_comes_again() -> None:
@@ -191,7 +219,7 @@ def test_a_signal_due_when_no_rank_runs_is_neither_sent_nor_recorded_and_comes_a
     done = threading.Event()
     tl = TimeLimit(c, "r1", lambda _n: node, lambda _n: "/n", lambda _n: "/n/node0",
                    lambda _n, t, _lv: said.append(t), recorded.append, done)  # type: ignore[arg-type]
-    assert tl.rehearse() == "sent SIGUSR2 to 0 rank(s), as the time limit would"
+    assert tl.rehearse().startswith("no rank of the run could take SIGUSR2 now")
     assert tl.sent is None and recorded == [] and said == []
     assert not tl.left_at_signal
     node.answers["os.kill"] = '{"signalled": [[0, 0, 11]], "failed": []}'

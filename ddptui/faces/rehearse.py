@@ -50,7 +50,10 @@ def rehearse(state_root: Path | None, run_id: str, *, wait: float = WAIT_S,
     limit = TimeLimit(config, run_id, transports.__getitem__, lambda n: nodes[n].cwd,
                       lambda n: nodes[n].run_dir, note, lambda _n: None, done)
     try:
-        limit.rehearse()  # says what it sent, through note
+        said = limit.rehearse()  # says what it sent, through note
+        if not limit.left_at_signal:  # no rank took it: no checkpoint to wait for
+            err.write(f"ddptui: {said}\n")
+            return 1
         deadline = time.monotonic() + wait
         while limit.found is None and time.monotonic() < deadline and limit.pattern:
             time.sleep(0.5)

@@ -32,6 +32,9 @@ LIMIT, REHEARSAL = "time limit", "rehearsal"
 MILESTONES = (3600, 1800, 600, 300, 120, 60)
 #: Seconds between two looks for the checkpoint after the signal.
 LOOK_EVERY_S = 1.0
+#: Seconds between two tries of a signal no rank could take yet (none catches it, or none
+#: runs) while the time limit is near.
+RETRY_S = 2.0
 #: Time left at which a checkpoint still unseen is said to be missing (seconds).
 ABSENT_AT_S = 5
 
@@ -65,6 +68,7 @@ class TimeLimit:
         self._lock = threading.Lock()
         self._told: set[int] | None = None
         self._absent_said = False
+        self._said: set[str] = set()
         self._final: threading.Thread | None = None
         #: Whether a mark left from elsewhere is worth reading at the end (not once Slurm has
         #: ended the job: its nodes hold nothing of the run to read).
@@ -97,7 +101,10 @@ class TimeLimit:
                              name="ddptui-time-limit").start()
         elif left <= ABSENT_AT_S and self.found is None and self.left_at_signal:
             self.say_absent(f"Slurm job {info.job_id} ends in {left} s")
-        return max(0.5, left - ABSENT_AT_S) if left > ABSENT_AT_S else None
+        if left <= ABSENT_AT_S:
+            return None
+        # until the signal reached a rank, each look tries again (see _send)
+        return RETRY_S if not self.left_at_signal else max(0.5, left - ABSENT_AT_S)
 
     def rehearse(self) -> str:
         """Send the signal now, as the time limit would, then look for the checkpoint in the
@@ -105,6 +112,9 @@ class TimeLimit:
         if not self._claim(REHEARSAL):
             return "the ranks were already sent the signal; the run is saving or has left"
         ranks = self._send(REHEARSAL, None)
+        if not ranks:
+            return (f"no rank of the run could take SIG{self.signal} now (none runs, or none "
+                    "catches it): nothing was sent")
         threading.Thread(target=self._look_until_found, daemon=True,
                          name="ddptui-time-limit").start()
         return f"sent SIG{self.signal} to {ranks} rank(s), as the time limit would"
@@ -170,46 +180,60 @@ class TimeLimit:
                       Level.INFO)
 
     def _send(self, why: str, left: int | None) -> int:
+        """The signal to every rank that catches it; it counts as sent once one got it.
+        Until then (no rank runs: the run has just ended, or torchrun starts its ranks again;
+        no rank catches it yet: a script still starting) the claim goes, and the next look
+        tries again: a rank that saves on it gets it as soon as it can."""
         assert self.sent is not None
-        names = [n.name for n in self.config.nodes]
-        ranks = 0
         answered = map_at_once(self.config.nodes, self._signal_one)
-        if all(isinstance(g, Done) and not g.value.ranks and not g.value.failed
-               for g in answered):
-            # no rank is running on any node (the run has just ended, or torchrun starts its
-            # ranks again): nothing to save now; the claim goes, and a later look sends the
-            # signal to ranks that start
-            with self._lock:
-                self.sent = None
-            return 0
+        ranks = sum(len(g.value.ranks) for g in answered if isinstance(g, Done))
+        deaf = [f"rank {r} on node {g.item.name}" for g in answered if isinstance(g, Done)
+                for r, _pid in g.value.deaf]
         for g in answered:
             name = g.item.name
             if isinstance(g, Done):
-                ranks += len(g.value.ranks)
                 for rank, pid, err in g.value.failed:
-                    self.note(name, f"did not send SIG{self.signal} to rank {rank} (pid "
-                                    f"{pid}) on node {name}: {err}", Level.ERROR)
+                    self._once(name, f"did not send SIG{self.signal} to rank {rank} (pid "
+                                     f"{pid}) on node {name}: {err}", Level.ERROR)
             else:
-                self.note(name, f"could not send SIG{self.signal} to the ranks on node {name}: "
-                                f"{g.error}", Level.ERROR)
-        self.sent = {**self.sent, "ranks": ranks}
-        self.record(self.sent)
+                self._once(name, f"could not send SIG{self.signal} to the ranks on node "
+                                 f"{name}: {g.error}", Level.ERROR)
         head = (f"the allocation ends in {left} s (its time limit): " if why == LIMIT else
                 "rehearsing the time limit: ")
+        if ranks == 0:
+            with self._lock:
+                self.sent = None
+            if deaf:  # said once for each why (its head changes with the time left)
+                self._once(self._first, f"{head}no rank of the run catches SIG{self.signal} "
+                                        f"yet ({', '.join(deaf)}), so none was sent it (it "
+                                        "would end them now); ddptui sends it as soon as one "
+                                        "does. A run that never does goes on until Slurm ends "
+                                        "it, and what it has not saved is lost: make the "
+                                        f"script save on SIG{self.signal} (`slurm.signal` "
+                                        "names another)", Level.ERROR, key=why)
+            return 0
+        if deaf:
+            self._once(self._first, f"did not send SIG{self.signal} to {', '.join(deaf)}: "
+                                    "it does not catch it (yet), and it would end it now",
+                       Level.WARNING)
+        self.sent = {**self.sent, "ranks": ranks}
+        self.record(self.sent)
         where = (f"watching {self.pattern} for the checkpoint" if self.pattern else
                  "no checkpoint path is set (`slurm.checkpoint`), so ddptui cannot tell "
                  "whether the run saved anything")
-        if ranks == 0:
-            self.note(self._first, f"{head}no rank of the run catches SIG{self.signal}, so none "
-                                   "was sent it (it would have ended them now): the run goes on "
-                                   "until Slurm ends it, and what it has not saved is lost. "
-                                   f"Make the script save on SIG{self.signal} (`slurm.signal` "
-                                   "names another)", Level.ERROR)
-            return 0
         self.note(self._first, f"{head}sent SIG{self.signal} to {ranks} rank(s) on "
-                               f"{len(names)} node(s) so that the run saves a checkpoint; "
-                               f"{where}", Level.WARNING)
+                               f"{len(self.config.nodes)} node(s) so that the run saves a "
+                               f"checkpoint; {where}", Level.WARNING)
         return ranks
+
+    def _once(self, node: str, text: str, level: Level, key: str | None = None) -> None:
+        """A problem of the signal, said once (by its text, or ``key``) however many looks
+        find it again."""
+        with self._lock:
+            if (key or text) in self._said:
+                return
+            self._said.add(key or text)
+        self.note(node, text, level)
 
     def _send_and_look(self, why: str, left: int | None) -> None:
         self._send(why, left)

@@ -9,7 +9,7 @@ import json
 import posixpath
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ddptui import nodeprog
 from ddptui.config import HostsConfig
@@ -41,6 +41,7 @@ class Signalled:
     node: str
     ranks: list[tuple[int, int | None, int]]  # (rank, local rank, pid)
     failed: list[tuple[int, int, str]]  # (rank, pid, why)
+    deaf: list[tuple[int, int]] = field(default_factory=list)  # (rank, pid): no handler
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,8 @@ def signal_node(t: Transport, python: str, run_id: str, node_rank: int, node: st
         raise NodeProgramFailed(_failed(node, "signal the ranks", res.stdout + res.stderr))
     return Signalled(node, [(int(r), None if lr is None else int(lr), int(p))
                             for r, lr, p in d["signalled"]],
-                     [(int(r), int(p), str(why)) for r, p, why in d["failed"]])
+                     [(int(r), int(p), str(why)) for r, p, why in d["failed"]],
+                     [(int(r), int(p)) for r, p in d.get("deaf", [])])
 
 
 def signal_mark(t: Transport, node_dir: str) -> dict[str, JSON] | None:

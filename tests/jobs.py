@@ -63,10 +63,11 @@ def ddptui(*args: str, state: Path, timeout: float = 240, env: dict[str, str] | 
     )
 
 
-def spawn_ddptui(*args: str, state: Path, out: Path) -> subprocess.Popen[bytes]:
+def spawn_ddptui(*args: str, state: Path, out: Path, env: dict[str, str] | None = None
+                 ) -> subprocess.Popen[bytes]:
     f = open(out, "wb")  # noqa: SIM115 - handed to the child
     return subprocess.Popen([sys.executable, "-m", "ddptui.cli", "--state-dir", str(state), *args],
-                            stdout=f, stderr=subprocess.STDOUT)
+                            stdout=f, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
 
 
 def wait_for(path: Path, text: str, timeout: float, proc: subprocess.Popen[bytes]) -> str:

@@ -18,6 +18,7 @@ import pytest
 from cluster import Cluster, ClusterFactory
 
 from ddptui.config import HostsConfig, NodeConfig, SSHOptions
+from ddptui.transport import openssh
 from ddptui.transport.base import TransportError
 from ddptui.transport.factory import make_transport
 from ddptui.transport.local import LocalTransport
@@ -521,3 +522,35 @@ def test_factory_picks_ssh_for_ssh_nodes() -> None:
     node = NodeConfig(name="a", host="somewhere")
     t = make_transport(node, HostsConfig(Path("h.yaml"), (node,)))
     assert isinstance(t, SSHTransport) and t.node == "a"
+
+
+def test_the_openssh_line_names_what_the_hosts_file_does_and_never_prompts() -> None:
+    node = NodeConfig(name="a", host="gpu-a", user="alice", port=2222,
+                      identity_file="~/keys/id a")
+    opts = SSHOptions(config_file="~/ssh config", known_hosts="/k/known hosts",
+                      connect_timeout=3.5, accept_new_host_keys=True)
+    home = os.path.expanduser("~")
+    assert openssh.argv(node, opts, "echo hi") == [
+        "ssh", "-T", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+        "-o", "ConnectTimeout=4", "-o", "LogLevel=ERROR", "-F", f"{home}/ssh config",
+        "-o", 'UserKnownHostsFile="/k/known hosts"', "-l", "alice", "-p", "2222",
+        "-i", f"{home}/keys/id a", "-o", "IdentitiesOnly=yes", "--", "gpu-a", "echo hi"]
+    bare = openssh.argv(NodeConfig(name="b", host="gpu-b"), SSHOptions(), "true")
+    assert bare[-3:] == ["--", "gpu-b", "true"] and not {"-l", "-p", "-i", "-F"} & set(bare)
+
+
+def test_the_openssh_line_reaches_a_known_host_and_refuses_an_unknown_one(
+        cluster2: Cluster, tmp_path: Path) -> None:
+    """Real OpenSSH on the line ddptui builds: the command runs, its stdin is the command's;
+    a host whose key is not known is refused, even where ddptui itself would accept it new
+    (the first contact is ddptui's to record)."""
+    node = NodeConfig(name="node1", host="node1")
+    ran = subprocess.run(openssh.argv(node, _opts(cluster2), "cat; echo done"),
+                         input=b"from stdin\n", capture_output=True, timeout=30)
+    assert ran.returncode == 0 and ran.stdout == b"from stdin\ndone\n", ran.stderr
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    refused = subprocess.run(openssh.argv(node, _opts(cluster2, known_hosts=str(empty),
+                                                      accept_new_host_keys=True), "true"),
+                             stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+    assert refused.returncode == 255 and empty.read_text() == ""

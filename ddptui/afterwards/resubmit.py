@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ddptui.config import HostsConfig, NodeConfig
+from ddptui.launch import warm
 from ddptui.live.session import Session
 from ddptui.run_notes import Attempt, Checkpoint
 from ddptui.run_state import RunRecord
@@ -39,7 +40,8 @@ def start_attempt(previous: HostsConfig, root: Path, previous_id: str, allocate:
                   ) -> Session | None:
     """The session of the next attempt after run ``previous_id`` (its hosts file as it ran,
     ``previous``), in a new allocation of the same shape, linked to the first attempt, not yet
-    launched; None when no allocation was made (said by ``allocate``)."""
+    launched but its torchruns started warm, as a first attempt's are; None when no allocation
+    was made (said by ``allocate``)."""
     first = first_of(previous_id)
     before = Recorder.of_run(rundir.run_dir(root, previous_id)).record()
     number = (before.attempt["number"] if before.attempt else 1) + 1
@@ -53,8 +55,11 @@ def start_attempt(previous: HostsConfig, root: Path, previous_id: str, allocate:
     if cfg is None:
         return None
     job = cfg.slurm.job if cfg.slurm is not None and cfg.slurm.job else "?"
+    run_id = attempt_id(first, number)
+    started = warm.start(cfg, run_id)  # torch imports while the attempt is made and launched
     try:
-        session = Session(cfg, state_root=root, run_id=attempt_id(first, number))
+        session = Session(cfg, state_root=root, run_id=run_id)
+        session.warm = started
         link(root, first, number, job, resume, session.recorder)
     except BaseException:  # nothing runs in the allocation just asked for: give it back
         with contextlib.suppress(SlurmError):

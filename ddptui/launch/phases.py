@@ -37,8 +37,9 @@ def launch(ctx: LaunchContext, *, checks_first: bool, planned: Callable[[Plan], 
     try:
         in_order(ctx, checks_first=checks_first, planned=planned)
     except BaseException:
-        if ctx.warm:
-            warm.cancel(ctx.config, ctx.run_id, ctx.warm, ctx.pool.current)
+        ours = ctx.warm | warm.sent(ctx.run_id)
+        if ours:
+            warm.cancel(ctx.config, ctx.run_id, ours, ctx.pool.current)
         raise
 
 
@@ -65,8 +66,9 @@ def in_order(ctx: LaunchContext, *, checks_first: bool, planned: Callable[[Plan]
     plan = planned(make_node_plans(ctx, homes, walked, hold, rdzv_store))
     early = hold is not None and start_early(ctx, plan)
     if hold is not None and not early:
-        if ctx.warm:  # none of them will be taken now
-            warm.cancel(ctx.config, ctx.run_id, ctx.warm, ctx.pool.current)
+        ours = ctx.warm | warm.sent(ctx.run_id)
+        if ours:  # none of them will be taken now
+            warm.cancel(ctx.config, ctx.run_id, ours, ctx.pool.current)
             ctx.warm.clear()
         plan = planned(make_node_plans(ctx, homes, walked, rdzv_store=rdzv_store))
     envs = rank_env.for_plan(ctx.config, plan)
@@ -109,8 +111,9 @@ def reach(ctx: LaunchContext) -> dict[str, str]:
     def reached(node: NodeConfig) -> str:
         transport = ctx.pool.open(node)
         home = transport.home()
-        if (ctx.hold_s is not None and not warm.at_once(ctx.config, node)
-                and warm.over(transport, ctx.config, node, ctx.run_id)):
+        if ctx.hold_s is not None and not warm.at_once(ctx.config, node) and (
+                warm.answered(ctx.run_id, node.name)  # sent through ssh as ddptui started
+                or warm.over(transport, ctx.config, node, ctx.run_id)):
             ctx.warm.add(node.name)  # an SSH node: torchrun imports while the launch goes on
         return home
 

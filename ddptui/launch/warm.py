@@ -11,7 +11,10 @@ ranks' environment. So a warm torchrun (:mod:`ddptui.nodeprog.warm_start`) is st
 * as ddptui starts, before it imports the rest of its launch, on the nodes it needs no
   connection for (:func:`start`): a Slurm step of its own on each node of a job known now,
   and a process in a session of its own on this machine;
-* on an SSH node, over its connection once reached (:func:`over`), before the port lock and
+* on an SSH node, as ddptui starts too, through the OpenSSH client
+  (:mod:`ddptui.transport.openssh`: connected and started while ddptui still imports its
+  own SSH), its answer taken once ddptui's connection is up (:func:`answered`); or, where
+  ``ssh`` could not do it, over ddptui's connection (:func:`over`), before the port lock and
   the uploads.
 
 It imports torch while ddptui goes on, and takes the rest (torchrun's arguments, the port's
@@ -40,12 +43,28 @@ from ddptui.config import HostsConfig, NodeConfig
 from ddptui.launch.plan import job_env, new_run_id, node_env
 from ddptui.nodeprog import torchrun_tee, warm_start
 from ddptui.store import rundir
+from ddptui.transport import openssh
 from ddptui.transport.base import Transport
 from ddptui.transport.srun import stepenv, steps
 from ddptui.transport.srun.names import step_name
 
 #: Seconds to let srun go for one node's step.
 LET_GO_S = 10.0
+#: Seconds to wait, once ddptui's own connection is up, for the OpenSSH client's answer: it
+#: connected first, so it has answered unless something is wrong (then ddptui's does it).
+OPENSSH_ANSWER_S = 2.0
+
+#: The OpenSSH clients still starting a node's warm torchrun, by (run, node): what
+#: :func:`answered` reads when the launch reaches the node, in this same process.
+_by_openssh: dict[tuple[str, str], subprocess.Popen[bytes]] = {}
+#: The (run, node) pairs whose OpenSSH client said the warm torchrun was let go.
+_let_go_by_openssh: set[tuple[str, str]] = set()
+
+
+def sent(run_id: str) -> set[str]:
+    """The nodes whose warm torchrun went through OpenSSH as ddptui started, and which have
+    not said it failed: a launch undone stops them too (:func:`cancel`)."""
+    return {node for run, node in (*_by_openssh, *_let_go_by_openssh) if run == run_id}
 
 
 def spec_path(node_dir: str) -> str:
@@ -57,6 +76,11 @@ def wanted(config: HostsConfig, node: NodeConfig) -> bool:
     under ``~/`` (the node expands it as the transport's ``$HOME``)."""
     return not config.job.setup and (node.workdir.startswith("/") or node.workdir == "~"
                                      or node.workdir.startswith("~/"))
+
+
+def by_openssh(config: HostsConfig, node: NodeConfig) -> bool:
+    """An SSH node: started as ddptui starts, through the OpenSSH client."""
+    return wanted(config, node) and node.transport == "ssh" and not node.is_local
 
 
 def at_once(config: HostsConfig, node: NodeConfig) -> bool:
@@ -97,10 +121,23 @@ def new_run(config: HostsConfig) -> tuple[str, frozenset[str]]:
 
 def start(config: HostsConfig, run_id: str) -> frozenset[str]:
     """Start the warm torchrun of every node :func:`at_once` allows; the names of those whose
-    start was let go (a Slurm step, a process of this machine in a session of its own)."""
+    start was let go (a Slurm step, a process of this machine in a session of its own). An
+    SSH node's start is sent through ``ssh`` and not waited for (:func:`answered`)."""
     started = set()
     own = stepenv.scrubbed(os.environ)
     for node in config.nodes:
+        if by_openssh(config, node):
+            command, stdin = _over_line(config, node, run_id)
+            with contextlib.suppress(OSError):  # no ssh here: ddptui's connection does it
+                proc = subprocess.Popen(openssh.argv(node, config.ssh, command),
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.DEVNULL, start_new_session=True)
+                _by_openssh[(run_id, node.name)] = proc
+                with contextlib.suppress(OSError):  # a pipe's buffer holds it whole
+                    assert proc.stdin is not None
+                    proc.stdin.write(stdin)
+                    proc.stdin.close()
+            continue
         if not at_once(config, node):
             continue
         shell, env = _program(config, node, run_id)
@@ -118,16 +155,44 @@ def start(config: HostsConfig, run_id: str) -> frozenset[str]:
     return frozenset(started)
 
 
+def answered(run_id: str, node: str) -> bool:
+    """Whether the OpenSSH client :func:`start` sent to ``node`` let its warm torchrun go
+    (False when none was sent, or it failed: ddptui's connection does it then)."""
+    proc = _by_openssh.pop((run_id, node), None)
+    if proc is None:
+        return (run_id, node) in _let_go_by_openssh
+    assert proc.stdout is not None
+    try:  # its few bytes of answer fit the pipe: waiting cannot block it
+        proc.wait(timeout=OPENSSH_ANSWER_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return False
+    finally:
+        out = proc.stdout.read()
+        proc.stdout.close()
+    if proc.returncode != 0 or b"started" not in out:
+        return False
+    _let_go_by_openssh.add((run_id, node))
+    return True
+
+
 def over(transport: Transport, config: HostsConfig, node: NodeConfig, run_id: str) -> bool:
     """Start an SSH node's warm torchrun over its connection (its environment on the
     command's stdin, as preflight's); whether it was let go."""
     if not wanted(config, node):
         return False
+    command, stdin = _over_line(config, node, run_id)
+    res = transport.run_stream(command, LET_GO_S, stdin=[stdin])
+    return res.exit_code == 0 and "started" in res.stdout
+
+
+def _over_line(config: HostsConfig, node: NodeConfig, run_id: str) -> tuple[str, bytes]:
+    """The command that lets a node's warm torchrun go over a connection, and its stdin:
+    the ranks' environment (secret values among them: never on a command line)."""
     shell, env = _program(config, node, run_id)
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))
-    res = transport.run_stream(f'eval "$(cat)"; {_let_go_here(node, shell)} && echo started',
-                               LET_GO_S, stdin=[exports.encode()])
-    return res.exit_code == 0 and "started" in res.stdout
+    return f'eval "$(cat)"; {_let_go_here(node, shell)} && echo started', exports.encode()
 
 
 def _let_go_here(node: NodeConfig, shell: str) -> str:
@@ -141,7 +206,8 @@ def cancel(config: HostsConfig, run_id: str, nodes: Iterable[str],
            transport_of: Callable[[str], Transport | None]) -> None:
     """Stop the warm torchruns of ``nodes``: a launch undone before they took their specs
     leaves none of them importing torch for nothing (the run's steps cancelled on Slurm; the
-    stop program, by the run's marker, elsewhere). Best effort: each one that is never told
+    stop program, by the run's marker, elsewhere: over the node's connection, or through
+    OpenSSH for a node the launch did not reach). Best effort: each one that is never told
     anything ends by itself."""
     from ddptui.remote import nodeops  # not on the way to the warm start
     from ddptui.slurm import client
@@ -153,12 +219,16 @@ def cancel(config: HostsConfig, run_id: str, nodes: Iterable[str],
         if node.transport == "srun":
             on_slurm = True
             continue
+        ndir = rundir.node_dir(node.workdir, run_id, config.node_rank(node))
+        stop = nodeops.stop_cmd(node.python, run_id, config.node_rank(node), 0, None, ndir)
         transport = transport_of(name)
-        if transport is not None:
-            ndir = rundir.node_dir(node.workdir, run_id, config.node_rank(node))
-            with contextlib.suppress(Exception):
-                transport.run(nodeops.stop_cmd(node.python, run_id, config.node_rank(node), 0,
-                                               None, ndir), timeout=30)
+        with contextlib.suppress(Exception):
+            if transport is not None:
+                transport.run(stop, timeout=30)
+            elif answered(run_id, name):  # its client's answer first: the stop comes after
+                subprocess.run(openssh.argv(node, config.ssh, stop), timeout=30,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
     if on_slurm and config.slurm is not None and config.slurm.job is not None:
         with contextlib.suppress(SlurmError):
             for step in client.steps(config.slurm.job):

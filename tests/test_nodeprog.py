@@ -42,7 +42,7 @@ PROGRAMS = sorted(p.stem for p in FOLDER.glob("*.py") if p.stem != "__init__")
 #: torch interpreter, 3.8 or newer, and are kept to 3.7).
 OLDEST = {"srun_agent": (3, 6), "node_files": (3, 6), "find_torch": (3, 6)}
 #: Imported, inside a function, by the programs whose job is to ask torch.
-TORCH_USERS = {"preflight", "torchrun_tee"}
+TORCH_USERS = {"preflight", "rendezvous_pace", "torchrun_tee"}
 
 
 def _imports(tree: ast.AST) -> Iterator[tuple[str, bool]]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ddptui.launch.staging import torchrun_program
-from ddptui.nodeprog import bar_states, torchrun_tee
+from ddptui.nodeprog import bar_states, rendezvous_pace, torchrun_tee
 
 
 class Dst(io.StringIO):
@@ -208,6 +208,87 @@ def test_a_torch_of_another_shape_says_no_exits(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(SubprocessContext, "_capture_process_failures", other)
     assert not torchrun_tee.install_exits()
     assert SubprocessContext._capture_process_failures is other
+
+
+
+def test_the_rendezvous_names_its_records_as_torch_does_without_reading_the_stack(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same name as torch's ``inspect.stack()`` gives, at every depth, from the frame
+    itself; a torch whose function has another shape keeps its own."""
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rendezvous
+
+    torch_own = rendezvous.get_method_name
+    monkeypatch.setattr(rendezvous, "get_method_name", torch_own)
+    assert rendezvous_pace.install_names()
+    ours = rendezvous.get_method_name
+    assert ours is not torch_own
+
+    def record_from_here(depth: int) -> tuple[str, str]:
+        return torch_own(depth), ours(depth)
+
+    def next_rendezvous() -> list[tuple[str, str]]:
+        said = []
+        for depth in (0, 1, 2, 3):  # a loop: a comprehension would be a frame of its own
+            said.append(record_from_here(depth))
+        return said
+
+    said = next_rendezvous()
+    assert [a for a, _ in said] == ["get_method_name", "record_from_here", "next_rendezvous",
+                                    "test_the_rendezvous_names_its_records_as_torch_does_"
+                                    "without_reading_the_stack"]
+    assert [b for _, b in said][1:] == [a for a, _ in said][1:]  # depth 0: each its own frame
+    assert torch_own(10_000) == ours(10_000) == "no_method_name"
+
+    def other(depth: int = 2, extra: int = 0) -> str:
+        return "torch's"
+
+    monkeypatch.setattr(rendezvous, "get_method_name", other)
+    assert not rendezvous_pace.install_names()
+    assert rendezvous.get_method_name is other
+
+
+
+@pytest.mark.parametrize(("argv", "nodes"), [
+    (["--nnodes", "2", "--nproc-per-node", "1", "x.py"], 2),
+    (["--nnodes=1:4", "x.py"], 4), (["--standalone", "x.py"], None),
+    (["--nnodes", "two", "x.py"], None), (["--nnodes"], None)])
+def test_the_jobs_node_count_is_read_from_torchruns_arguments(argv: list[str],
+                                                              nodes: int | None) -> None:
+    assert rendezvous_pace.job_nodes(argv) == nodes
+
+
+def test_the_rendezvous_polls_and_spreads_its_joins_for_the_jobs_size_up_to_torchs_pace(
+        ) -> None:
+    """A wait for the other nodes polls the store at most 333 times a second, or as torch
+    does (50 ms for up to 16 nodes, torch's 1 s from 334), and first joins are spread
+    over 1 ms a node (torch's 0.3 s from 300); any other pause is torch's."""
+    paced = rendezvous_pace.paced
+    assert paced(1, 1) == paced(2, 1) == paced(16, 1) == 0.05
+    assert paced(100, 1) == pytest.approx(0.3) and paced(334, 1) == paced(5000, 1) == 1.0
+    for nodes in (1, 2, 16, 100, 333, 334, 5000):
+        reads = nodes / paced(nodes, 1)  # the store's reads a second: 333, or torch's own
+        assert reads <= max(1 / 0.003, nodes / 1.0) + 1e-6
+    assert paced(2, (0, 0.3)) == (0, 0.002) and paced(5000, (0, 0.3)) == (0, 0.3)
+    assert paced(2, 0.5) == 0.5 and paced(2, (0, 1)) == (0, 1) and paced(2, 3) == 3
+
+
+def test_torchs_rendezvous_pauses_go_through_the_pace_once_put_in_place(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rendezvous
+
+    slept: list[object] = []
+    monkeypatch.setattr(rendezvous, "_delay", lambda seconds: slept.append(seconds))
+    assert not rendezvous_pace.install_pace(["--standalone", "x.py"])  # no count: torch's
+    assert rendezvous_pace.install_pace(["--nnodes", "2", "x.py"])
+    rendezvous._delay(seconds=1)  # the wait's poll, as torch calls it
+    rendezvous._delay(seconds=(0, 0.3))  # the first join's spread
+    assert slept == [0.05, (0, 0.002)]
+
+    def other(seconds: float, jitter: float) -> None: ...
+
+    monkeypatch.setattr(rendezvous, "_delay", other)
+    assert not rendezvous_pace.install_pace(["--nnodes", "2"])
+    assert rendezvous._delay is other
 
 
 # -- progress bars: a carriage return on its own ends a bar state --------------------------

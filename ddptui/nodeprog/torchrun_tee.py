@@ -1,7 +1,8 @@
-"""torchrun as ddptui starts it on a node: torchrun's own ``main``, with a faster ``--tee``.
+"""torchrun as ddptui starts it on a node: torchrun's own ``main``, with a faster ``--tee``
+and its rendezvous paced for the job (:mod:`ddptui.nodeprog.rendezvous_pace`).
 
 Uploaded into the node dir and run by the node's Python in place of ``python -m
-torch.distributed.run``, with the same arguments. Its one change is the function torchrun's
+torch.distributed.run``, with the same arguments. Its main change is the function torchrun's
 ``TailLog`` threads run to copy each rank's log file to the agent's stdout/stderr (what ends
 up in ``node.log``). torchrun's own copies a line at a time, with a ``readline`` that returns
 a line the rank has not finished writing: a rank with unbuffered output (``print`` writes the
@@ -41,6 +42,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from ddptui.nodeprog.bar_states import cut, ending, showing
+from ddptui.nodeprog.rendezvous_pace import install_names, install_pace
 from ddptui.nodeprog.warm_start import NOT_RELEASED, WARM, warm_enter, warm_split
 
 #: Characters read from a rank's file at a time.
@@ -228,6 +230,7 @@ def main() -> None:
     told = warm_split(sys.argv[2]) if sys.argv[1:2] == [WARM] else None
     install()
     install_exits()
+    install_names()
     if told is not None:  # run as ``python -c``: no file of its own
         warm_up()  # what the wait for the spec overlaps
         folder = warm_enter(*told)
@@ -253,6 +256,7 @@ def main() -> None:
                   file=sys.stderr)
             sys.exit(EXIT_NO_PROJECT)
         os.environ["PWD"] = cwd
+    install_pace(sys.argv[1:])  # torchrun's arguments as they are now, the route's included
     runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)
 
 

@@ -118,6 +118,27 @@ def test_one_that_does_not_answer_is_given_up_soon(monkeypatch: pytest.MonkeyPat
     assert time.monotonic() - t0 < 5
 
 
+
+def test_each_waits_for_its_torchrun_to_speak_before_it_starts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Started at once, a stop program's interpreter would compete with torch's import on
+    the node: each node's starts once its torchrun has spoken, or after a bounded wait."""
+    monkeypatch.setattr(standby_module, "SPOKEN_WAIT_S", 3.0)
+    started: list[str] = []
+    spoken: set[str] = set()
+    standby = Standby()
+    monkeypatch.setattr(standby, "start", lambda name, _t, _c: started.append(name))
+    t0 = time.monotonic()
+    standby.start_all(["a", "b"], lambda _n: None, lambda _n: "x",  # type: ignore[arg-type,return-value]
+                      spoken.__contains__)
+    time.sleep(0.5)
+    assert started == []  # neither has spoken
+    spoken.add("a")
+    wait_until(lambda: started == ["a"], 5, "node a's standby")
+    wait_until(lambda: started == ["a", "b"], 10, "node b's, after its wait")
+    assert time.monotonic() - t0 >= 3.0
+
+
 @pytest.mark.cluster
 @pytest.mark.torchrun
 def test_over_ssh_a_stop_goes_by_them_and_none_outlives_the_run(cluster2: Cluster,

@@ -217,7 +217,8 @@ class Session:
                             node_dir=self.recorder.node_dir, pgid=self.recorder.pgid,
                             publish=self.publish, note=self.note)
         self.standby.start_all([n.name for n in self.config.nodes], self.pool.get,
-                               lambda name: self._target(name).command(None))
+                               lambda name: self._target(name).command(None),
+                               lambda name: self._followers[name].offset > 0)
 
     def _node_finished(self, item: Finished) -> None:  # on the consumer, in order
         self._finished[item.node] = item

@@ -30,6 +30,11 @@ from ddptui.transport.base import Spawned, Transport, TransportError
 HEARD_TIMEOUT_S = 5.0
 #: Beyond the grace, how long a standby that heard may take to report.
 REPORT_SLACK_S = 30.0
+#: How long a node's standby waits for its torchrun to speak before it starts anyway, and
+#: how often it looks: started at once, its interpreter would compete with torch's import
+#: (1-2 s of CPU) on the node for the cores, and a stop before then goes the usual way.
+SPOKEN_WAIT_S = 10.0
+SPOKEN_LOOK_S = 0.05
 
 
 class Standby:
@@ -41,10 +46,18 @@ class Standby:
         self._ended = False
 
     def start_all(self, names: list[str], transport: Callable[[str], Transport],
-                  command: Callable[[str], str]) -> None:
-        """:meth:`start` on every node at once, in the background."""
-        threading.Thread(target=map_at_once, daemon=True, name="ddptui-standby", args=(
-            names, lambda name: self.start(name, transport(name), command(name)))).start()
+                  command: Callable[[str], str],
+                  spoken: Callable[[str], bool] = lambda _name: True) -> None:
+        """:meth:`start` on every node at once, in the background, each once its torchrun
+        has ``spoken`` (its import of torch is over), or after :data:`SPOKEN_WAIT_S`."""
+        def when_spoken(name: str) -> None:
+            deadline = time.monotonic() + SPOKEN_WAIT_S
+            while not spoken(name) and not self._ended and time.monotonic() < deadline:
+                time.sleep(SPOKEN_LOOK_S)
+            self.start(name, transport(name), command(name))
+
+        threading.Thread(target=map_at_once, daemon=True, name="ddptui-standby",
+                         args=(names, when_spoken)).start()
 
     def start(self, name: str, transport: Transport, command: str) -> None:
         """Start ``command`` (``nodeops.stop_cmd`` with no grace) on the node; quietly

@@ -128,15 +128,22 @@ def test_each_waits_for_its_torchrun_to_speak_before_it_starts(
     spoken: set[str] = set()
     standby = Standby()
     monkeypatch.setattr(standby, "start", lambda name, _t, _c: started.append(name))
+    on = LocalTransport(NodeConfig(name="a", host="localhost"))
     t0 = time.monotonic()
-    standby.start_all(["a", "b"], lambda _n: None, lambda _n: "x",  # type: ignore[arg-type,return-value]
-                      spoken.__contains__)
+    standby.start_all(["a", "b"], lambda _n: on, lambda _n: "x", spoken.__contains__)
     time.sleep(0.5)
     assert started == []  # neither has spoken
     spoken.add("a")
     wait_until(lambda: started == ["a"], 5, "node a's standby")
     wait_until(lambda: started == ["a", "b"], 10, "node b's, after its wait")
     assert time.monotonic() - t0 >= 3.0
+    ended = Standby()  # a run detached or ended while it waited: nothing starts, and its
+    monkeypatch.setattr(ended, "start", lambda name, _t, _c: started.append(name))
+    asked: list[str] = []  # connection is not asked for again (it would connect anew)
+    ended.start_all(["c"], lambda n: asked.append(n), lambda _n: "x", lambda _n: False)  # type: ignore[func-returns-value]
+    ended.end()
+    time.sleep(0.5)
+    assert started == ["a", "b"] and asked == []
 
 
 @pytest.mark.cluster

@@ -168,8 +168,9 @@ def answered(run_id: str, node: str) -> bool:
         proc.kill()
         proc.wait()
         return False
-    finally:
-        out = proc.stdout.read()
+    finally:  # what it said, without waiting on a pipe a process it left may hold open
+        os.set_blocking(proc.stdout.fileno(), False)
+        out = proc.stdout.read() or b""
         proc.stdout.close()
     if proc.returncode != 0 or b"started" not in out:
         return False

@@ -216,7 +216,7 @@ class Session:
         self.samplers.start(self.config, self.run_id, transport=self.pool.current,
                             node_dir=self.recorder.node_dir, pgid=self.recorder.pgid,
                             publish=self.publish, note=self.note)
-        self.standby.start_all([n.name for n in self.config.nodes], self.pool.get,
+        self.standby.start_all([n.name for n in self.config.nodes], self.pool.current,
                                lambda name: self._target(name).command(None),
                                lambda name: self._followers[name].offset > 0)
 

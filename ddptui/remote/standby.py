@@ -45,16 +45,20 @@ class Standby:
         self._waiting: dict[str, tuple[Transport, Spawned]] = {}
         self._ended = False
 
-    def start_all(self, names: list[str], transport: Callable[[str], Transport],
+    def start_all(self, names: list[str], transport: Callable[[str], Transport | None],
                   command: Callable[[str], str],
                   spoken: Callable[[str], bool] = lambda _name: True) -> None:
         """:meth:`start` on every node at once, in the background, each once its torchrun
-        has ``spoken`` (its import of torch is over), or after :data:`SPOKEN_WAIT_S`."""
+        has ``spoken`` (its import of torch is over), or after :data:`SPOKEN_WAIT_S`, on the
+        node's connection then (none: a run detached or ended meanwhile, and nothing starts;
+        ``transport`` must never connect anew, which would outlive the run)."""
         def when_spoken(name: str) -> None:
             deadline = time.monotonic() + SPOKEN_WAIT_S
             while not spoken(name) and not self._ended and time.monotonic() < deadline:
                 time.sleep(SPOKEN_LOOK_S)
-            self.start(name, transport(name), command(name))
+            on = None if self._ended else transport(name)
+            if on is not None:
+                self.start(name, on, command(name))
 
         threading.Thread(target=map_at_once, daemon=True, name="ddptui-standby",
                          args=(names, when_spoken)).start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -110,3 +111,16 @@ def marked_pids(run_id: str) -> list[int]:
             if any(e.startswith(want) for e in env.split(b"\0")):
                 pids.append(int(d))
     return pids
+
+
+def leaders(tmp: Path, run_id: str) -> list[str]:
+    """What leads each node's process group, as run.json names it (the nodes share this
+    machine's PIDs): "warm" for a warm torchrun (``launch/warm.py``), "launch.sh" for one
+    started in order."""
+    meta = json.loads((tmp / "state" / "runs" / run_id / "run.json").read_text())
+    said = []
+    for n in meta["nodes"]:
+        argv = Path(f"/proc/{n['pgid']}/cmdline").read_bytes().split(b"\0")
+        said.append("warm" if b"--ddptui-warm" in argv else
+                    "launch.sh" if any(a.endswith(b"launch.sh") for a in argv) else repr(argv))
+    return said

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from jobs import marked_pids, run_id_of
+from jobs import leaders, marked_pids, run_id_of
 from slurmcluster import SlurmCluster
 
 from ddptui.store import rundir
@@ -143,18 +143,6 @@ def test_a_project_runs_in_an_allocation_every_step_once(slurm_cluster: SlurmClu
         assert c.state(job) == "RUNNING"  # the allocation is the user's: left alone
     finally:
         c.scancel(job)
-
-
-def leaders(tmp: Path, run_id: str) -> list[str]:
-    """What leads each node's process group, as run.json names it: "warm" for a warm
-    torchrun's step (``launch/warm.py``), "launch.sh" for one started in order."""
-    meta = json.loads((tmp / "state" / "runs" / run_id / "run.json").read_text())
-    said = []
-    for n in meta["nodes"]:
-        argv = Path(f"/proc/{n['pgid']}/cmdline").read_bytes().split(b"\0")
-        said.append("warm" if b"--ddptui-warm" in argv else
-                    "launch.sh" if any(a.endswith(b"launch.sh") for a in argv) else repr(argv))
-    return said
 
 
 def test_a_warm_start_that_cannot_take_its_launch_is_given_up_for_launch_sh(

@@ -6,7 +6,6 @@ node's process group is led by the warm torchrun and the run is whole."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import stat
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from cluster import Cluster
-from jobs import ddptui, run_id_of, seqs, spawn_ddptui, write_job
+from jobs import ddptui, leaders, run_id_of, seqs, spawn_ddptui, write_job
 from test_ssh_run import hosts
 
 pytestmark = [pytest.mark.cluster, pytest.mark.torchrun]
@@ -39,16 +38,6 @@ def ssh_on_path(tmp: Path, works: bool) -> dict[str, str]:
     return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
 
 
-def leaders(meta: dict[str, object]) -> list[str]:
-    """What leads each node's process group (the hosts share this PID namespace)."""
-    said = []
-    for n in meta["nodes"]:  # type: ignore[attr-defined]
-        argv = Path(f"/proc/{n['pgid']}/cmdline").read_bytes().split(b"\0")
-        said.append("warm" if b"--ddptui-warm" in argv else
-                    "launch.sh" if any(a.endswith(b"launch.sh") for a in argv) else repr(argv))
-    return said
-
-
 def calls(log: str) -> list[str]:
     return [c.strip() for c in log.split("<<end>>") if c.strip()]
 
@@ -65,8 +54,7 @@ def run_and_look(c: Cluster, tmp: Path, works: bool) -> tuple[str, list[str], st
             assert proc.poll() is None and time.monotonic() < end, out.read_text()[-3000:]
             time.sleep(0.2)
         run_id = run_id_of(out.read_text())
-        meta = json.loads((state / "runs" / run_id / "run.json").read_text())
-        led = leaders(meta)
+        led = leaders(tmp, run_id)
     finally:
         stopped = ddptui("stop", run_id_of(out.read_text()), state=state, timeout=60)
         proc.wait(60)

@@ -37,9 +37,7 @@ def launch(ctx: LaunchContext, *, checks_first: bool, planned: Callable[[Plan], 
     try:
         in_order(ctx, checks_first=checks_first, planned=planned)
     except BaseException:
-        ours = ctx.warm | warm.sent(ctx.run_id)
-        if ours:
-            warm.cancel(ctx.config, ctx.run_id, ours, ctx.pool.current)
+        warm.cancel(ctx.config, ctx.run_id, ctx.warm, ctx.pool.current)
         raise
 
 
@@ -66,10 +64,8 @@ def in_order(ctx: LaunchContext, *, checks_first: bool, planned: Callable[[Plan]
     plan = planned(make_node_plans(ctx, homes, walked, hold, rdzv_store))
     early = hold is not None and start_early(ctx, plan)
     if hold is not None and not early:
-        ours = ctx.warm | warm.sent(ctx.run_id)
-        if ours:  # none of them will be taken now
-            warm.cancel(ctx.config, ctx.run_id, ours, ctx.pool.current)
-            ctx.warm.clear()
+        warm.cancel(ctx.config, ctx.run_id, ctx.warm, ctx.pool.current)  # none taken now
+        ctx.warm.clear()
         plan = planned(make_node_plans(ctx, homes, walked, rdzv_store=rdzv_store))
     envs = rank_env.for_plan(ctx.config, plan)
     checking = beside(lambda: node_checks.gather_for_launch(ctx.config, ctx.pool.all(), envs)

@@ -85,7 +85,8 @@ def by_openssh(config: HostsConfig, node: NodeConfig) -> bool:
 
 def at_once(config: HostsConfig, node: NodeConfig) -> bool:
     """Started as ddptui starts, needing no connection: a step of a job known now, or this
-    machine. An SSH node's is started over its connection once reached (:func:`over`)."""
+    machine. An SSH node's is sent through OpenSSH then (:func:`by_openssh`), and taken as
+    started once reached (:func:`answered`, else :func:`over`)."""
     slurm = config.slurm
     return wanted(config, node) and (node.is_local or (
         node.transport == "srun" and slurm is not None and slurm.job is not None))
@@ -205,11 +206,15 @@ def _let_go_here(node: NodeConfig, shell: str) -> str:
 
 def cancel(config: HostsConfig, run_id: str, nodes: Iterable[str],
            transport_of: Callable[[str], Transport | None]) -> None:
-    """Stop the warm torchruns of ``nodes``: a launch undone before they took their specs
-    leaves none of them importing torch for nothing (the run's steps cancelled on Slurm; the
-    stop program, by the run's marker, elsewhere: over the node's connection, or through
-    OpenSSH for a node the launch did not reach). Best effort: each one that is never told
-    anything ends by itself."""
+    """Stop the warm torchruns of ``nodes`` and of every node whose warm torchrun went
+    through OpenSSH (:func:`sent`): a launch undone before they took their specs leaves none
+    of them importing torch for nothing (the run's steps cancelled on Slurm; the stop
+    program, by the run's marker, elsewhere: over the node's connection, or through OpenSSH
+    for a node the launch did not reach). Best effort: each one that is never told anything
+    ends by itself."""
+    nodes = set(nodes) | sent(run_id)
+    if not nodes:
+        return
     from ddptui.remote import nodeops  # not on the way to the warm start
     from ddptui.slurm import client
     from ddptui.slurm.jobinfo import SlurmError

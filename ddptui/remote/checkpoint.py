@@ -9,7 +9,7 @@ import json
 import posixpath
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ddptui import nodeprog
 from ddptui.config import HostsConfig
@@ -41,7 +41,7 @@ class Signalled:
     node: str
     ranks: list[tuple[int, int | None, int]]  # (rank, local rank, pid)
     failed: list[tuple[int, int, str]]  # (rank, pid, why)
-    deaf: list[tuple[int, int]] = field(default_factory=list)  # (rank, pid): no handler
+    deaf: list[tuple[int, int]]  # (rank, pid): no handler for the signal (yet)
 
 
 @dataclass(frozen=True)

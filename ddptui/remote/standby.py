@@ -46,8 +46,7 @@ class Standby:
         self._ended = False
 
     def start_all(self, names: list[str], transport: Callable[[str], Transport | None],
-                  command: Callable[[str], str],
-                  spoken: Callable[[str], bool] = lambda _name: True) -> None:
+                  command: Callable[[str], str], spoken: Callable[[str], bool]) -> None:
         """:meth:`start` on every node at once, in the background, each once its torchrun
         has ``spoken`` (its import of torch is over), or after :data:`SPOKEN_WAIT_S`, on the
         node's connection then (none: a run detached or ended meanwhile, and nothing starts;
